@@ -1,0 +1,43 @@
+"""Metadata hook of the ``jax2onnx`` meta distribution.
+
+From a source tree the meta package depends on the sibling distributions in
+``packages/`` by path, so ``pip install ".[all]"`` works on a fresh machine.
+With ``JAX2ONNX_RELEASE=1`` it pins them to the shared version instead, for
+publishing.
+"""
+
+from __future__ import annotations
+
+import os
+import pathlib
+
+from hatchling.metadata.plugin.interface import MetadataHookInterface
+
+CORE = ["core", "lax", "nn"]
+EXTRAS = {"flax": ["flax"], "equinox": ["equinox"], "test": ["testkit"]}
+THIRD_PARTY = {
+    "test": ["onnxruntime>=1.20", "pytest>=8", "pytest-xdist>=3.5"],
+    "docs": ["mkdocs>=1.6"],
+}
+
+
+class MetaDependencies(MetadataHookInterface):
+    PLUGIN_NAME = "custom"
+
+    def update(self, metadata: dict) -> None:
+        version = metadata["version"]
+        root = pathlib.Path(self.root)
+        release = os.environ.get("JAX2ONNX_RELEASE") == "1"
+
+        def requirement(short: str) -> str:
+            name = f"jax2onnx-{short}"
+            if release:
+                return f"{name}=={version}"
+            return f"{name} @ {(root / 'packages' / name).as_uri()}"
+
+        metadata["dependencies"] = [requirement(s) for s in CORE]
+        extras = {k: [requirement(s) for s in v] for k, v in EXTRAS.items()}
+        for key, reqs in THIRD_PARTY.items():
+            extras.setdefault(key, []).extend(reqs)
+        extras["all"] = sorted({r for reqs in extras.values() for r in reqs})
+        metadata["optional-dependencies"] = extras

@@ -1,0 +1,30 @@
+"""jax2onnx: convert JAX functions and models to ONNX.
+
+``import jax2onnx`` loads the installed plugins (entry points of group
+``jax2onnx``); it never imports Flax, Equinox or ONNX Runtime.
+"""
+
+from __future__ import annotations
+
+import functools
+from importlib.metadata import PackageNotFoundError, version
+
+try:
+    __version__ = version("jax2onnx-core")
+except PackageNotFoundError:  # pragma: no cover - running from a source tree
+    __version__ = "0.0.0"
+
+from jax2onnx.api import allclose, to_onnx
+from jax2onnx.functions import onnx_function
+from jax2onnx.loading import PluginSet
+
+
+@functools.cache
+def plugins() -> PluginSet:
+    """The plugin set loaded from the environment (once per process)."""
+    return PluginSet.load()
+
+
+__all__ = ["PluginSet", "__version__", "allclose", "onnx_function", "plugins", "to_onnx"]
+
+plugins()

@@ -1,0 +1,172 @@
+"""The public entry points: ``to_onnx`` and ``allclose``."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Literal
+
+import numpy as np
+
+from jax2onnx.rules import Rules
+
+ReturnMode = Literal["proto", "ir", "file"]
+_RETURN_MODES = ("proto", "ir", "file")
+
+
+def _plugins() -> Any:
+    from jax2onnx import plugins
+
+    return plugins()
+
+
+def to_onnx(
+    fn: Callable[..., Any],
+    inputs: Sequence[Any],
+    input_params: Mapping[str, Any] | None = None,
+    model_name: str = "jax_model",
+    opset: int = 23,
+    *,
+    enable_double_precision: bool = False,
+    record_primitive_calls_file: str | os.PathLike[str] | None = None,
+    return_mode: ReturnMode = "proto",
+    output_path: str | os.PathLike[str] | None = None,
+    inputs_as_nchw: Sequence[int | str] | None = None,
+    outputs_as_nchw: Sequence[int | str] | None = None,
+    input_names: Sequence[str] | None = None,
+    output_names: Sequence[str] | None = None,
+    extra_rules: Sequence[Rules] | Rules | None = None,
+    external_data: bool | None = None,
+) -> Any:
+    """Convert a JAX callable (or a module a plugin understands) to ONNX.
+
+    Args:
+        fn: the function or model to convert.
+        inputs: one entry per positional input: a shape tuple of ints and
+            strings (``("B", 30)``; a string is a symbolic dimension and the
+            same string in two inputs is the same dimension), an array, or a
+            ``jax.ShapeDtypeStruct``.
+        input_params: keyword arguments of ``fn`` that become scalar graph
+            inputs named after their keys.
+        model_name: the ONNX graph's name.
+        opset: the ONNX opset to target (17 to 26).
+        enable_double_precision: trace with 64-bit types and keep float64.
+        record_primitive_calls_file: write one line per traced primitive.
+        return_mode: ``"proto"`` (``onnx.ModelProto``), ``"ir"``
+            (``onnx_ir.Model``) or ``"file"`` (write ``output_path``).
+        output_path: where to write the model with ``return_mode="file"``.
+        inputs_as_nchw, outputs_as_nchw: not supported yet (raise).
+        input_names, output_names: names of the graph inputs and outputs, by
+            position; the rest default to ``in_<i>`` and ``out_<i>``.
+        extra_rules: ``Rules`` to add for this call only.
+        external_data: with ``"file"``, force weights into an external data
+            file (``True``) or inline (``False``); default: only above 2 GiB.
+
+    Returns:
+        The model in the form ``return_mode`` asks for (the path for ``"file"``).
+    """
+    from jax2onnx import converter, serialize
+
+    mode = return_mode.lower().strip() if isinstance(return_mode, str) else return_mode
+    if mode not in _RETURN_MODES:
+        raise ValueError(f"return_mode must be one of {list(_RETURN_MODES)}, got {return_mode!r}")
+    if mode == "file" and output_path is None:
+        raise ValueError("return_mode='file' needs output_path, the file to write")
+    for flag, value in (("inputs_as_nchw", inputs_as_nchw), ("outputs_as_nchw", outputs_as_nchw)):
+        if value:
+            raise NotImplementedError(
+                f"{flag} is not supported yet: transpose the inputs/outputs in your function "
+                "(jnp.transpose) until the NCHW adaptors land"
+            )
+    if not isinstance(model_name, str) or not model_name:
+        raise TypeError(f"model_name must be a non-empty string, got {model_name!r}")
+    if isinstance(extra_rules, Rules):
+        extra_rules = [extra_rules]
+    extra = list(extra_rules or ())
+    for item in extra:
+        if not isinstance(item, Rules):
+            raise TypeError(f"extra_rules entries must be jax2onnx.plugin.Rules, got {item!r}")
+
+    plugin_set = _plugins()
+    registry = plugin_set.registry(extra)
+    model = converter.convert(
+        fn,
+        inputs,
+        plugin_set=plugin_set,
+        registry=registry,
+        input_params=input_params,
+        model_name=model_name,
+        opset=opset,
+        enable_double_precision=enable_double_precision,
+        input_names=input_names,
+        output_names=output_names,
+        record_primitive_calls_file=record_primitive_calls_file,
+    )
+    if mode == "ir":
+        return model
+    if mode == "file":
+        return serialize.save(model, output_path, external_data=external_data)
+    return serialize.to_proto(model)
+
+
+def _sample(spec: Any, rng: np.random.Generator) -> np.ndarray:
+    shape = [d if isinstance(d, int) else 2 for d in spec]
+    return rng.standard_normal(shape).astype(np.float32)
+
+
+def allclose(
+    fn: Callable[..., Any],
+    onnx_model_path: str | os.PathLike[str],
+    inputs: Sequence[Any],
+    input_params: Mapping[str, Any] | None = None,
+    rtol: float = 1e-3,
+    atol: float = 1e-5,
+) -> tuple[bool, str]:
+    """Run ``fn`` in JAX and the ONNX model in ONNX Runtime and compare the outputs.
+
+    ``inputs`` are concrete arrays, or shape tuples (random float32 data is
+    drawn; string dims become 2). Returns ``(matches, message)``.
+    """
+    import jax
+    import onnxruntime as ort
+
+    rng = np.random.default_rng(0)
+    is_shape = lambda x: isinstance(x, (tuple, list)) and all(  # noqa: E731
+        isinstance(d, (int, str)) for d in x
+    )
+    xs = [_sample(x, rng) if is_shape(x) else np.asarray(x) for x in inputs]
+    params = dict(input_params or {})
+    session = ort.InferenceSession(os.fspath(onnx_model_path), providers=["CPUExecutionProvider"])
+    names = [i.name for i in session.get_inputs()]
+    feed = dict(zip(names, xs))
+    for key, value in params.items():
+        if key in names:
+            expected = next(i for i in session.get_inputs() if i.name == key).type
+            dtype = _ort_dtype(expected)
+            feed[key] = np.asarray(value, dtype=dtype)
+    missing = [n for n in names if n not in feed]
+    if missing:
+        return False, f"no value for model input(s) {missing}"
+    got = session.run(None, feed)
+    expected = [np.asarray(x) for x in jax.tree_util.tree_leaves(fn(*xs, **params))]
+    if len(expected) != len(got):
+        return False, f"JAX returned {len(expected)} outputs, ONNX Runtime {len(got)}"
+    for i, (want, have) in enumerate(zip(expected, got)):
+        if want.shape != have.shape:
+            return False, f"output {i}: shape {have.shape} from ONNX, {want.shape} from JAX"
+        if not np.allclose(want, have, rtol=rtol, atol=atol, equal_nan=True):
+            worst = float(np.max(np.abs(want.astype(np.float64) - have.astype(np.float64))))
+            return False, f"output {i}: max abs difference {worst:.3g} (rtol={rtol}, atol={atol})"
+    return True, f"{len(got)} output(s) match (rtol={rtol}, atol={atol})"
+
+
+def _ort_dtype(ort_type: str) -> Any:
+    table = {
+        "tensor(float)": np.float32,
+        "tensor(double)": np.float64,
+        "tensor(bool)": np.bool_,
+        "tensor(int32)": np.int32,
+        "tensor(int64)": np.int64,
+        "tensor(float16)": np.float16,
+    }
+    return table.get(ort_type)

@@ -1,0 +1,186 @@
+"""The converter: specs -> prepare -> trace -> lower -> passes, one step per module."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import jax
+import onnx_ir as ir
+
+from jax2onnx import passes
+from jax2onnx.errors import UnsupportedPrimitiveError
+from jax2onnx.lowering import Conversion, GraphScope, finish_outputs, iter_jaxprs, source_line
+from jax2onnx.registry import Registry
+from jax2onnx.specs import normalize_inputs
+from jax2onnx.tracing import trace
+
+MIN_OPSET = 17
+MAX_OPSET = 26
+
+
+def ir_version_for(opset: int) -> int:
+    """The oldest IR version that carries ``opset`` (what runtimes accept most widely)."""
+    table = {17: 8, 18: 8, 19: 9, 20: 9, 21: 10, 22: 10, 23: 11, 24: 11, 25: 12, 26: 13}
+    return table[opset]
+
+
+def check_opset(opset: Any) -> int:
+    if isinstance(opset, bool) or not isinstance(opset, int):
+        raise TypeError(f"opset must be an int, got {opset!r}")
+    if not MIN_OPSET <= opset <= MAX_OPSET:
+        raise ValueError(f"opset {opset} is not supported; choose {MIN_OPSET}..{MAX_OPSET}")
+    return opset
+
+
+def _version() -> str:
+    from jax2onnx import __version__
+
+    return __version__
+
+
+def convert(
+    fn: Callable[..., Any],
+    inputs: Sequence[Any],
+    *,
+    plugin_set: Any,
+    registry: Registry,
+    input_params: Mapping[str, Any] | None = None,
+    model_name: str = "jax_model",
+    opset: int = 23,
+    enable_double_precision: bool = False,
+    input_names: Sequence[str] | None = None,
+    output_names: Sequence[str] | None = None,
+    record_primitive_calls_file: str | os.PathLike[str] | None = None,
+) -> ir.Model:
+    """Convert ``fn`` to an ``onnx_ir.Model`` (steps 1 to 5)."""
+    opset = check_opset(opset)
+    x64 = jax.enable_x64(True) if enable_double_precision else contextlib.nullcontext()
+    with x64:
+        specs = normalize_inputs(
+            inputs, input_params, double=enable_double_precision, input_names=input_names
+        )
+        config = {
+            "input_params": dict(input_params or {}),
+            "opset": opset,
+            "enable_double_precision": enable_double_precision,
+        }
+        prepared = plugin_set.prepare(fn, config)
+        target = prepared.fn if prepared is not None else fn
+        if not callable(target):
+            raise TypeError(
+                f"fn must be a callable (a function, or a module a plugin prepares), got "
+                f"{type(fn).__name__}"
+            )
+        param_names = [k for k, _ in specs.params]
+        try:
+            closed, out_shapes = trace(target, specs.all_specs, param_names, registry.interceptions)
+        except jax.errors.ConcretizationTypeError as err:
+            if param_names:
+                raise TypeError(
+                    f"tracing failed because a runtime parameter ({', '.join(param_names)}) is "
+                    "used in Python control flow; input_params become graph inputs, so use "
+                    f"jax.lax.cond/jnp.where on them instead. JAX said: {err}"
+                ) from err
+            raise
+        if record_primitive_calls_file is not None:
+            _record_calls(closed, record_primitive_calls_file)
+        check_supported(closed, registry, plugin_set)
+
+        conversion = Conversion(registry, opset)
+        scope = GraphScope(conversion)
+        all_names = [*specs.names, *param_names]
+        values = [
+            scope.add_input(name, s.dtype, s.shape) for name, s in zip(all_names, specs.all_specs)
+        ]
+        outs = scope.lower_jaxpr(closed, values)
+        flat_shapes = jax.tree_util.tree_leaves(out_shapes)
+        names = _output_names(len(outs), output_names, set(all_names))
+        avals = [v.aval for v in closed.jaxpr.outvars]
+        outputs = finish_outputs(scope, outs, avals, names)
+        assert len(flat_shapes) == len(outputs)
+
+    graph = ir.Graph(
+        scope.inputs,
+        outputs,
+        nodes=scope.nodes,
+        initializers=scope.initializers,
+        opset_imports={"": opset},
+        name=model_name,
+    )
+    model = ir.Model(
+        graph,
+        ir_version=ir_version_for(opset),
+        producer_name="jax2onnx",
+        producer_version=_version(),
+        functions=list(conversion.functions.values()),
+    )
+    return passes.optimize(model)
+
+
+def _output_names(count: int, output_names: Sequence[str] | None, taken: set[str]) -> list[str]:
+    names = [f"out_{i}" for i in range(count)]
+    if output_names is not None:
+        output_names = list(output_names)
+        if len(output_names) > count:
+            raise ValueError(f"output_names has {len(output_names)} names for {count} outputs")
+        for i, name in enumerate(output_names):
+            if not isinstance(name, str) or not name:
+                raise TypeError(f"output_names[{i}] must be a non-empty string, got {name!r}")
+            names[i] = name
+    clash = sorted((set(names) & taken) | {n for n in names if names.count(n) > 1})
+    if clash:
+        raise ValueError(f"output names must be unique and differ from input names: {clash}")
+    return names
+
+
+def check_supported(closed: Any, registry: Registry, plugin_set: Any) -> None:
+    """Raise one error listing every primitive (in every sub-jaxpr) without a lowering."""
+    missing: dict[str, Any] = {}
+    for jaxpr in iter_jaxprs(closed):
+        for eqn in jaxpr.eqns:
+            name = eqn.primitive.name
+            if name not in registry and name not in missing:
+                missing[name] = eqn
+    if not missing:
+        return
+    lines = [
+        f"jax2onnx cannot convert this function: {len(missing)} primitive(s) have no lowering."
+    ]
+    installed = {p.distribution for p in getattr(plugin_set, "plugins", ())}
+    for name, eqn in missing.items():
+        avals = ", ".join(v.aval.str_short() for v in eqn.invars) or "no inputs"
+        lines.append(f"  - {name!r} on ({avals}) at {source_line(eqn)}")
+        hint = registry.provider_hint(name)
+        if hint is None:
+            lines.append(
+                "    no known plugin lowers it: write a lowering (see the plugin guide) and "
+                "pass it with to_onnx(..., extra_rules=[rules]) or publish a jax2onnx plugin"
+            )
+        elif hint in installed:
+            lines.append(
+                f"    {hint} is installed but does not lower it yet; please report it, or add "
+                "a lowering with to_onnx(..., extra_rules=[rules])"
+            )
+        else:
+            lines.append(f"    provided by {hint}: pip install {hint}")
+    if plugin_set is not None:
+        loaded = ", ".join(f"{p.name} {p.version}" for p in plugin_set.plugins) or "none"
+        lines.append(f"Loaded plugins: {loaded}")
+        for failure in plugin_set.failures:
+            lines.append(f"Failed plugin: {failure.describe()}")
+    raise UnsupportedPrimitiveError("\n".join(lines))
+
+
+def _record_calls(closed: Any, path: str | os.PathLike[str]) -> None:
+    with open(path, "w", encoding="utf-8") as out:
+        for jaxpr in iter_jaxprs(closed):
+            for eqn in jaxpr.eqns:
+                ins = ", ".join(v.aval.str_short() for v in eqn.invars)
+                outs = ", ".join(v.aval.str_short() for v in eqn.outvars)
+                params = {k: v for k, v in eqn.params.items() if "jaxpr" not in k}
+                out.write(
+                    f"{eqn.primitive.name}\t({ins}) -> ({outs})\t{params}\t{source_line(eqn)}\n"
+                )

@@ -1,0 +1,192 @@
+"""Discovering and loading plugins through entry points, with pluggy.
+
+Loading walks the entry points of group ``jax2onnx`` one at a time: a plugin
+that fails to import (or whose hook fails) is recorded and warned about, and
+the others still load. Environment switches:
+
+* ``JAX2ONNX_DISABLE_PLUGIN_AUTOLOAD=1``: load no entry points (only the core).
+* ``JAX2ONNX_PLUGINS=a,b``: load only these entry points.
+* ``JAX2ONNX_DISABLE_PLUGINS=a,b``: do not load these entry points.
+* ``JAX2ONNX_STRICT_PLUGINS=1``: a load failure raises instead of warning.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.metadata
+import os
+import traceback
+import warnings
+from collections.abc import Iterable, Mapping, Sequence
+from types import ModuleType
+from typing import Any
+
+import pluggy
+
+from jax2onnx import hookspecs
+from jax2onnx.errors import PluginLoadError
+from jax2onnx.rules import Rules
+
+ENTRY_POINT_GROUP = "jax2onnx"
+CORE_PLUGIN = "core"
+
+
+@dataclasses.dataclass(frozen=True)
+class PluginInfo:
+    """A loaded plugin."""
+
+    name: str
+    distribution: str
+    version: str
+    module: str
+    rules: Rules | None
+
+
+@dataclasses.dataclass(frozen=True)
+class PluginFailure:
+    """A plugin that did not load, and why."""
+
+    name: str
+    distribution: str
+    version: str
+    error: str
+    detail: str
+
+    def describe(self) -> str:
+        return f"{self.name} ({self.distribution} {self.version}): {self.error}"
+
+
+def _names(value: str | None) -> set[str]:
+    return {n.strip() for n in (value or "").split(",") if n.strip()}
+
+
+def _flag(value: str | None) -> bool:
+    return (value or "").strip().lower() in {"1", "true", "yes", "on"}
+
+
+class PluginSet:
+    """The plugins of one configuration: loaded modules, their rules, failures."""
+
+    def __init__(
+        self,
+        manager: pluggy.PluginManager,
+        plugins: Sequence[PluginInfo],
+        failures: Sequence[PluginFailure],
+    ) -> None:
+        self._manager = manager
+        self.plugins = tuple(plugins)
+        self.failures = tuple(failures)
+        self._registry = None
+
+    def __repr__(self) -> str:
+        names = ", ".join(p.name for p in self.plugins)
+        return f"PluginSet([{names}], failures={len(self.failures)})"
+
+    @classmethod
+    def load(
+        cls,
+        *,
+        environ: Mapping[str, str] | None = None,
+        entry_points: Iterable[importlib.metadata.EntryPoint] | None = None,
+    ) -> PluginSet:
+        """Load the core plugin, then every allowed entry point of group ``jax2onnx``."""
+        environ = os.environ if environ is None else environ
+        strict = _flag(environ.get("JAX2ONNX_STRICT_PLUGINS"))
+        allow = _names(environ.get("JAX2ONNX_PLUGINS"))
+        block = _names(environ.get("JAX2ONNX_DISABLE_PLUGINS"))
+        manager = pluggy.PluginManager(hookspecs.PROJECT)
+        manager.add_hookspecs(hookspecs)
+
+        from jax2onnx import builtin
+
+        modules: list[tuple[str, str, str, ModuleType]] = []
+        manager.register(builtin, name=CORE_PLUGIN)
+        modules.append((CORE_PLUGIN, "jax2onnx-core", _version("jax2onnx-core"), builtin))
+        failures: list[PluginFailure] = []
+
+        if entry_points is None:
+            if _flag(environ.get("JAX2ONNX_DISABLE_PLUGIN_AUTOLOAD")):
+                entry_points = ()
+            else:
+                entry_points = importlib.metadata.entry_points(group=ENTRY_POINT_GROUP)
+        seen: set[str] = set()
+        for ep in sorted(entry_points, key=lambda e: e.name):
+            if ep.name in seen or ep.name in block or (allow and ep.name not in allow):
+                continue
+            seen.add(ep.name)
+            dist = ep.dist.name if ep.dist is not None else "?"
+            version = ep.dist.version if ep.dist is not None else "?"
+            try:
+                module = ep.load()
+                manager.register(module, name=ep.name)
+            except Exception as err:  # a broken plugin must not stop the others
+                failures.append(_failure(ep.name, dist, version, err, strict))
+                continue
+            modules.append((ep.name, dist, version, module))
+        try:
+            manager.check_pending()
+        except pluggy.PluginValidationError as err:
+            raise PluginLoadError(
+                f"a jax2onnx plugin implements a hook that does not exist: {err}. "
+                "Hook names are listed in jax2onnx.hookspecs."
+            ) from err
+
+        plugins: list[PluginInfo] = []
+        for name, dist, version, module in modules:
+            rules = None
+            if hasattr(module, "jax2onnx_rules"):
+                try:
+                    rules = module.jax2onnx_rules()
+                    if not isinstance(rules, Rules):
+                        raise TypeError(
+                            f"jax2onnx_rules() returned {type(rules).__name__}, not Rules"
+                        )
+                except Exception as err:
+                    manager.unregister(module)
+                    failures.append(_failure(name, dist, version, err, strict))
+                    continue
+            plugins.append(PluginInfo(name, dist, version, module.__name__, rules))
+        return cls(manager, plugins, failures)
+
+    def rules(self) -> list[Rules]:
+        return [p.rules for p in self.plugins if p.rules is not None]
+
+    def registry(self, extra_rules: Sequence[Rules] = ()) -> Any:
+        """The merged registry of every plugin's rules (plus ``extra_rules``)."""
+        from jax2onnx.registry import Registry
+
+        if extra_rules:
+            return Registry([*self.rules(), *extra_rules], self)
+        if self._registry is None:
+            self._registry = Registry(self.rules(), self)
+        return self._registry
+
+    def prepare(self, fn: Any, config: dict[str, Any]) -> Any:
+        """The first ``jax2onnx_prepare`` result for ``fn``, or ``None``."""
+        return self._manager.hook.jax2onnx_prepare(fn=fn, config=config)
+
+
+def _version(distribution: str) -> str:
+    try:
+        return importlib.metadata.version(distribution)
+    except importlib.metadata.PackageNotFoundError:
+        return "?"
+
+
+def _failure(name, dist, version, err, strict) -> PluginFailure:
+    failure = PluginFailure(
+        name, dist, version, f"{type(err).__name__}: {err}", traceback.format_exc()
+    )
+    if strict:
+        raise PluginLoadError(
+            f"jax2onnx plugin {failure.describe()} failed to load and "
+            "JAX2ONNX_STRICT_PLUGINS=1 is set. Fix or uninstall the plugin, or disable it "
+            f"with JAX2ONNX_DISABLE_PLUGINS={name}."
+        ) from err
+    warnings.warn(
+        f"jax2onnx plugin {failure.describe()} failed to load and is skipped; the other "
+        f"plugins still work. Disable it with JAX2ONNX_DISABLE_PLUGINS={name}.",
+        RuntimeWarning,
+        stacklevel=3,
+    )
+    return failure

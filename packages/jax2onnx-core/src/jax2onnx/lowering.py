@@ -1,0 +1,454 @@
+"""Step 4: walk a jaxpr and emit ONNX nodes through the lowering context.
+
+:class:`GraphScope` owns one ONNX graph being built (the main graph, an
+``If``/``Loop``/``Scan`` body); :class:`LoweringContext` is what a rule sees
+for one equation. The core binds inputs to ``onnx_ir`` values, calls the rule
+as ``rule(ctx, *inputs, **params)``, then stamps each output's dtype and shape
+from the jaxpr's avals: a rule only says which ONNX ops compute the result.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import jax
+import jax.extend.core
+import numpy as np
+import onnx_ir as ir
+from jax._src import core as jax_core
+from jax._src import source_info_util
+
+from jax2onnx.dims import DimValue, is_symbolic
+from jax2onnx.dtypes import onnx_dtype
+from jax2onnx.errors import Jax2OnnxError, LoweringError
+from jax2onnx.registry import Registry
+
+_SMALL_CONST = 1024  # constants up to this many elements are shared by value
+
+
+def source_line(eqn: Any) -> str:
+    """The user's source line an equation came from, as ``file:line (function)``."""
+    try:
+        return source_info_util.summarize(eqn.source_info)
+    except Exception:  # pragma: no cover - source info is best effort
+        return "<unknown source>"
+
+
+def ir_shape(shape: Sequence[Any]) -> ir.Shape:
+    return ir.Shape([d if isinstance(d, int) else ir.SymbolicDim(str(d)) for d in shape])
+
+
+class Conversion:
+    """State shared by every graph of one ``to_onnx`` call."""
+
+    def __init__(self, registry: Registry, opset: int) -> None:
+        self.registry = registry
+        self.opset = opset
+        self.counter = 0
+        self.functions: dict[tuple[str, str, str], ir.Function] = {}
+
+    def fresh(self, prefix: str) -> str:
+        self.counter += 1
+        return f"{prefix}_{self.counter}"
+
+
+class GraphScope:
+    """One ONNX graph under construction.
+
+    Constants and symbolic dimensions live in the root scope (the main graph,
+    or a function body), so nested bodies refer to them through ONNX's outer
+    scope instead of copying them.
+    """
+
+    def __init__(
+        self, conversion: Conversion, parent: GraphScope | None = None, *, is_function=False
+    ) -> None:
+        self.conversion = conversion
+        self.parent = parent
+        self.is_function = is_function
+        self.nodes: list[ir.Node] = []
+        self.initializers: list[ir.Value] = []
+        self.inputs: list[ir.Value] = []
+        self.symbol_sources: dict[str, tuple[ir.Value, int]] = {}
+        self._consts: dict[Any, ir.Value] = {}
+        self._dims: dict[str, ir.Value] = {}
+
+    @property
+    def root(self) -> GraphScope:
+        scope = self
+        while scope.parent is not None and not scope.is_function:
+            scope = scope.parent
+        return scope
+
+    # -- nodes -------------------------------------------------------------
+    def add_node(
+        self,
+        op_type: str,
+        inputs: Sequence[ir.Value | None],
+        attributes: dict[str, Any],
+        *,
+        num_outputs: int = 1,
+        domain: str = "",
+        version: int | None = None,
+    ) -> Sequence[ir.Value]:
+        attrs = ir.convenience.convert_attributes(
+            {k: v for k, v in attributes.items() if v is not None}
+        )
+        node = ir.Node(
+            domain,
+            op_type,
+            inputs,
+            attributes=attrs,
+            num_outputs=num_outputs,
+            version=version,
+            name=self.conversion.fresh(op_type),
+        )
+        for out in node.outputs:
+            out.name = self.conversion.fresh(op_type.lower())
+        self.nodes.append(node)
+        return node.outputs
+
+    # -- constants ---------------------------------------------------------
+    def const(self, value: Any, dtype: Any = None) -> ir.Value:
+        """A constant value: an initializer of the root graph, a Constant in a function."""
+        root = self.root
+        if isinstance(value, ir.Value):
+            return value
+        array = np.asarray(value, dtype=dtype)
+        if array.dtype == np.float64 and dtype is None and not jax.config.jax_enable_x64:
+            array = array.astype(np.float32)
+        key = None
+        if array.size <= _SMALL_CONST:
+            key = (array.dtype.str, array.shape, array.tobytes())
+        else:
+            key = ("id", id(value), array.dtype.str)
+        cached = root._consts.get(key)
+        if cached is not None:
+            return cached
+        tensor = ir.Tensor(array, name=root.conversion.fresh("const"))
+        if root.is_function:
+            (result,) = root.add_node("Constant", [], {"value": tensor})
+            result.dtype, result.shape = tensor.dtype, ir.Shape(array.shape)
+        else:
+            result = ir.Value(
+                name=tensor.name,
+                type=ir.TensorType(tensor.dtype),
+                shape=ir.Shape(array.shape),
+                const_value=tensor,
+            )
+            root.initializers.append(result)
+        if key[0] == "id":
+            root._consts[key] = result
+            root._consts[("keep", id(value))] = value  # keep id() valid while cached
+        else:
+            root._consts[key] = result
+        return result
+
+    # -- dimensions --------------------------------------------------------
+    def add_input(self, name: str, dtype: Any, shape: Sequence[Any]) -> ir.Value:
+        value = ir.Value(name=name, type=ir.TensorType(onnx_dtype(dtype)), shape=ir_shape(shape))
+        self.inputs.append(value)
+        for axis, d in enumerate(shape):
+            if is_symbolic(d):
+                for var in _plain_var(d):
+                    self.root.symbol_sources.setdefault(var, (value, axis))
+        return value
+
+    def dim(self, d: Any) -> ir.Value:
+        """A dimension as an int64 tensor of shape ``[1]`` (cached per root graph)."""
+        if not is_symbolic(d):
+            return self.const(np.array([int(d)], dtype=np.int64))
+        root = self.root
+        key = str(d)
+        cached = root._dims.get(key)
+        if cached is not None:
+            return cached
+        env = {}
+        for var in sorted(d._get_vars()):
+            source = root._find_symbol(var)
+            if source is None:
+                raise LoweringError(
+                    f"symbolic dimension {var!r} (in {d}) does not appear in any input shape; "
+                    "every dimension variable must be the whole size of some input axis"
+                )
+            value, axis = source
+            shape = root.add_node("Shape", [value], {"start": axis, "end": axis + 1})[0]
+            env[var] = DimValue(root, shape)
+        result = d._evaluate(env)
+        value = result.value if isinstance(result, DimValue) else self.dim(int(result))
+        root._dims[key] = value
+        return value
+
+    def _find_symbol(self, var: str) -> tuple[ir.Value, int] | None:
+        scope: GraphScope | None = self
+        while scope is not None:
+            if var in scope.symbol_sources:
+                return scope.symbol_sources[var]
+            scope = scope.parent
+        return None
+
+    def shape(self, dims: Sequence[Any]) -> ir.Value:
+        """A 1-D int64 shape tensor; constant when every dim is static."""
+        if not any(is_symbolic(d) for d in dims):
+            return self.const(np.array([int(d) for d in dims], dtype=np.int64))
+        pieces: list[ir.Value] = []
+        static: list[int] = []
+        for d in dims:
+            if is_symbolic(d):
+                if static:
+                    pieces.append(self.const(np.array(static, dtype=np.int64)))
+                    static = []
+                pieces.append(self.dim(d))
+            else:
+                static.append(int(d))
+        if static:
+            pieces.append(self.const(np.array(static, dtype=np.int64)))
+        if len(pieces) == 1:
+            return pieces[0]
+        return self.add_node("Concat", pieces, {"axis": 0})[0]
+
+    # -- lowering ----------------------------------------------------------
+    def lower_jaxpr(
+        self, closed: Any, inputs: Sequence[ir.Value], *, consts: Sequence[ir.Value] | None = None
+    ) -> list[ir.Value]:
+        """Emit the equations of ``closed`` (a ClosedJaxpr or Jaxpr) with ``inputs`` bound."""
+        jaxpr = getattr(closed, "jaxpr", closed)
+        const_vals = getattr(closed, "consts", ())
+        env: dict[Any, ir.Value] = {}
+        if len(inputs) != len(jaxpr.invars):
+            raise LoweringError(
+                f"jaxpr takes {len(jaxpr.invars)} inputs, {len(inputs)} given"
+            )
+        if consts is None:
+            consts = [self.const(c) for c in const_vals]
+        for var, value in zip(jaxpr.constvars, consts):
+            env[var] = value
+        for var, value in zip(jaxpr.invars, inputs):
+            env[var] = value
+        for eqn in jaxpr.eqns:
+            self._lower_eqn(eqn, env)
+        return [self._read(env, v) for v in jaxpr.outvars]
+
+    def _read(self, env: dict[Any, ir.Value], var: Any) -> ir.Value:
+        if isinstance(var, jax_core.Literal):
+            return self.const(np.asarray(var.val, dtype=var.aval.dtype))
+        return env[var]
+
+    def _lower_eqn(self, eqn: Any, env: dict[Any, ir.Value]) -> None:
+        name = eqn.primitive.name
+        conversion = self.conversion
+        lowering = conversion.registry.lookup(name, conversion.opset)
+        if lowering is None:
+            raise LoweringError(_no_lowering_at_opset(conversion.registry, name, conversion.opset, eqn))
+        inputs = [self._read(env, v) for v in eqn.invars]
+        ctx = LoweringContext(self, eqn)
+        try:
+            result = lowering.fn(ctx, *inputs, **eqn.params)
+        except Jax2OnnxError:
+            raise
+        except Exception as err:
+            raise LoweringError(
+                f"lowering of primitive {name!r} ({lowering.where}, plugin {lowering.plugin!r}) "
+                f"failed for inputs {_avals(eqn.invars)} at {source_line(eqn)}: "
+                f"{type(err).__name__}: {err}"
+            ) from err
+        outs = _as_list(result, len(eqn.outvars), name, lowering)
+        for var, value in zip(eqn.outvars, outs):
+            if isinstance(var, jax_core.DropVar):
+                continue
+            stamp(value, var.aval, name, lowering)
+            env[var] = value
+
+
+def _plain_var(d: Any) -> list[str]:
+    var = d._to_var() if hasattr(d, "_to_var") else None
+    return [var] if var is not None else []
+
+
+def _avals(vars_: Sequence[Any]) -> str:
+    return ", ".join(str(v.aval.str_short()) for v in vars_) or "()"
+
+
+def _as_list(result: Any, count: int, name: str, lowering: Any) -> list[ir.Value]:
+    outs = list(result) if isinstance(result, (list, tuple)) else [result]
+    if len(outs) != count or not all(isinstance(v, ir.Value) for v in outs):
+        raise LoweringError(
+            f"lowering of {name!r} ({lowering.where}) returned {result!r}; expected "
+            f"{count} onnx_ir value(s), one per output of the primitive"
+        )
+    return outs
+
+
+def stamp(value: ir.Value, aval: Any, name: str = "?", lowering: Any = None) -> None:
+    """Set the value's dtype and shape from the JAX aval (checking the dtype)."""
+    expected = onnx_dtype(aval.dtype)
+    if value.dtype is not None and value.dtype != expected:
+        where = f" ({lowering.where})" if lowering is not None else ""
+        raise LoweringError(
+            f"lowering of {name!r}{where} produced {value.dtype.name} where JAX's output is "
+            f"{aval.dtype}; add a Cast to the expected dtype"
+        )
+    if value.const_value is not None or value.is_graph_input():
+        return
+    value.dtype = expected
+    value.shape = ir_shape(aval.shape)
+
+
+def _no_lowering_at_opset(registry: Registry, name: str, opset: int, eqn: Any) -> str:
+    available = registry.lowerings(name)
+    needs = min(lw.min_opset for lw in available) if available else None
+    return (
+        f"primitive {name!r} at {source_line(eqn)} has no lowering for opset {opset}; "
+        f"its lowerings need opset >= {needs}. Pass opset={needs} or newer to to_onnx."
+    )
+
+
+class OpBuilder:
+    """``ctx.op.<OpType>(*inputs, **attributes)`` emits one ONNX node.
+
+    Inputs may be ``onnx_ir`` values, ``None`` (an omitted optional input),
+    or Python/NumPy numbers and arrays, which become constants with the dtype
+    of the node's first value input (or their own dtype for NumPy data).
+    Special keywords: ``_outputs`` (number of outputs, default 1),
+    ``_domain`` and ``_version``.
+    """
+
+    def __init__(self, scope: GraphScope) -> None:
+        self._scope = scope
+
+    def __getattr__(self, op_type: str) -> Callable[..., Any]:
+        if op_type.startswith("_"):
+            raise AttributeError(op_type)
+
+        def emit(*inputs: Any, _outputs: int = 1, _domain: str = "", _version=None, **attrs):
+            values = self._promote(inputs)
+            outs = self._scope.add_node(
+                op_type, values, attrs, num_outputs=_outputs, domain=_domain, version=_version
+            )
+            return outs[0] if _outputs == 1 else tuple(outs)
+
+        emit.__name__ = op_type
+        return emit
+
+    def _promote(self, inputs: Sequence[Any]) -> list[ir.Value | None]:
+        like = next((v.dtype for v in inputs if isinstance(v, ir.Value) and v.dtype), None)
+        out: list[ir.Value | None] = []
+        for value in inputs:
+            if value is None or isinstance(value, ir.Value):
+                out.append(value)
+            elif isinstance(value, (np.ndarray, np.generic)):
+                out.append(self._scope.const(value))
+            elif isinstance(value, (bool, int, float)):
+                dtype = like.numpy() if like is not None else None
+                out.append(self._scope.const(np.asarray(value, dtype=dtype)))
+            else:
+                out.append(self._scope.const(np.asarray(value)))
+        return out
+
+
+class LoweringContext:
+    """What a lowering rule sees for one equation (see the plugin guide)."""
+
+    def __init__(self, scope: GraphScope, eqn: Any = None) -> None:
+        self.scope = scope
+        self.eqn = eqn
+        self.op = OpBuilder(scope)
+
+    @property
+    def opset(self) -> int:
+        return self.scope.conversion.opset
+
+    @property
+    def avals_in(self) -> list[Any]:
+        return [v.aval for v in self.eqn.invars]
+
+    @property
+    def avals_out(self) -> list[Any]:
+        return [v.aval for v in self.eqn.outvars]
+
+    @property
+    def source(self) -> str:
+        return source_line(self.eqn) if self.eqn is not None else "<unknown source>"
+
+    def const(self, value: Any, dtype: Any = None) -> ir.Value:
+        return self.scope.const(value, dtype)
+
+    def dim(self, d: Any) -> ir.Value:
+        return self.scope.dim(d)
+
+    def shape(self, dims: Sequence[Any]) -> ir.Value:
+        return self.scope.shape(dims)
+
+    def inline(self, closed: Any, inputs: Sequence[ir.Value]) -> list[ir.Value]:
+        """Lower a sub-jaxpr into the current graph and return its outputs."""
+        return self.scope.lower_jaxpr(closed, inputs)
+
+    def subgraph(self, name: str) -> SubgraphBuilder:
+        """Start a nested graph (an If/Loop/Scan body) that sees this scope's values."""
+        return SubgraphBuilder(GraphScope(self.scope.conversion, self.scope), name)
+
+    def error(self, message: str) -> LoweringError:
+        """An error naming this equation's primitive and the user's source line."""
+        name = self.eqn.primitive.name if self.eqn is not None else "?"
+        return LoweringError(f"{name} at {self.source}: {message}")
+
+
+class SubgraphBuilder:
+    """Builds one nested ONNX graph: add inputs, lower into it, finish with outputs."""
+
+    def __init__(self, scope: GraphScope, name: str) -> None:
+        self.scope = scope
+        self.name = name
+        self.ctx = LoweringContext(scope)
+        self.op = self.ctx.op
+
+    def add_input(self, dtype: Any, shape: Sequence[Any] = ()) -> ir.Value:
+        return self.scope.add_input(self.scope.conversion.fresh(f"{self.name}_in"), dtype, shape)
+
+    def inline(self, closed: Any, inputs: Sequence[ir.Value]) -> list[ir.Value]:
+        return self.scope.lower_jaxpr(closed, inputs)
+
+    def finish(self, outputs: Sequence[ir.Value], avals: Sequence[Any] | None = None) -> ir.Graph:
+        """The finished graph; every output gets its own value (Identity where shared)."""
+        outs = finish_outputs(self.scope, outputs, avals)
+        return ir.Graph(
+            self.scope.inputs,
+            outs,
+            nodes=self.scope.nodes,
+            initializers=self.scope.initializers,
+            name=self.name,
+        )
+
+
+def finish_outputs(
+    scope: GraphScope,
+    outputs: Sequence[ir.Value],
+    avals: Sequence[Any] | None = None,
+    names: Sequence[str] | None = None,
+) -> list[ir.Value]:
+    """Graph outputs must be distinct, node-produced values of this graph."""
+    produced = {id(out) for node in scope.nodes for out in node.outputs}
+    result: list[ir.Value] = []
+    seen: set[int] = set()
+    for i, value in enumerate(outputs):
+        if id(value) in seen or id(value) not in produced:
+            (copy,) = scope.add_node("Identity", [value], {})
+            copy.dtype, copy.shape = value.dtype, value.shape
+            value = copy
+        seen.add(id(value))
+        if avals is not None:
+            stamp(value, avals[i], "output")
+        if names is not None:
+            value.name = names[i]
+        result.append(value)
+    return result
+
+
+def iter_jaxprs(jaxpr: Any):
+    """Yield ``jaxpr`` and every jaxpr nested in its equations' parameters."""
+    jaxpr = getattr(jaxpr, "jaxpr", jaxpr)
+    yield jaxpr
+    for eqn in jaxpr.eqns:
+        for sub in jax_core.jaxprs_in_params(eqn.params):
+            yield from iter_jaxprs(sub)

@@ -1,0 +1,163 @@
+"""Macro primitives: a whole JAX function kept as one primitive while tracing.
+
+A macro primitive evaluates with its ``impl`` (the original JAX function), so
+JAX runs it exactly as before; its abstract evaluation is derived from ``impl``;
+and it carries a batching rule and a JVP rule chosen by strategy:
+
+* ``"fallback"``: the rule calls ``impl`` under ``jax.vmap`` / ``jax.jvp``; the
+  result decomposes into primitives the converter already lowers.
+* ``"elementwise"`` (batching only): the primitive applies per element, so the
+  batched call is the same primitive on the operands moved to a common axis.
+* a callable: an explicit rule with JAX's signature (``(args, dims, **params)``
+  for batching, ``(primals, tangents, **params)`` for JVP), which may bind the
+  macro primitive again so the exported graph keeps the single op.
+* ``jvp=None``: non-differentiable by design; ``jax.grad`` through it raises
+  :class:`~jax2onnx.errors.NonDifferentiableError`.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import jax.extend.core
+import numpy as np
+from jax.interpreters import ad, batching, mlir
+
+from jax2onnx.errors import NonDifferentiableError
+
+Strategy = str | Callable[..., Any] | None
+
+
+def make_primitive(
+    name: str,
+    impl: Callable[..., Any],
+    *,
+    batching_rule: Strategy = "fallback",
+    jvp_rule: Strategy = "fallback",
+    multiple_results: bool = False,
+    abstract_eval: Callable[..., Any] | None = None,
+) -> jax.extend.core.Primitive:
+    """Create a JAX primitive that evaluates with ``impl`` and has vmap/JVP rules."""
+    prim = jax.extend.core.Primitive(name)
+    prim.multiple_results = multiple_results
+    prim.def_impl(impl)
+    prim.def_abstract_eval(abstract_eval or _derived_abstract_eval(impl, multiple_results))
+    mlir.register_lowering(prim, mlir.lower_fun(impl, multiple_results=multiple_results))
+    batching.primitive_batchers[prim] = _batching(prim, impl, batching_rule)
+    ad.primitive_jvps[prim] = _jvp(prim, impl, jvp_rule)
+    return prim
+
+
+def _derived_abstract_eval(impl, multiple_results):
+    def abstract_eval(*avals, **params):
+        specs = [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in avals]
+        out = jax.eval_shape(functools.partial(impl, **params), *specs)
+        to_aval = lambda s: jax.core.ShapedArray(s.shape, s.dtype)  # noqa: E731
+        if multiple_results:
+            return [to_aval(s) for s in jax.tree_util.tree_leaves(out)]
+        return to_aval(out)
+
+    return abstract_eval
+
+
+def _batching(prim, impl, strategy):
+    if callable(strategy):
+        return strategy
+    if strategy == "fallback":
+
+        def fallback(args, dims, **params):
+            out = jax.vmap(functools.partial(impl, **params), in_axes=tuple(dims))(*args)
+            return out, ([0] * len(out) if prim.multiple_results else 0)
+
+        return fallback
+    if strategy == "elementwise":
+
+        def elementwise(args, dims, **params):
+            size = next(a.shape[d] for a, d in zip(args, dims) if d is not None)
+            moved = [batching.bdim_at_front(a, d, size) for a, d in zip(args, dims)]
+            out = prim.bind(*moved, **params)
+            return out, ([0] * len(out) if prim.multiple_results else 0)
+
+        return elementwise
+    raise ValueError(
+        f"primitive {prim.name}: batching must be 'fallback', 'elementwise' or a callable, "
+        f"got {strategy!r}"
+    )
+
+
+def _jvp(prim, impl, strategy):
+    if strategy is None:
+
+        def refuse(primals, tangents, **params):
+            raise NonDifferentiableError(
+                f"{prim.name} is non-differentiable by design: jax.grad and jax.jvp cannot "
+                "pass through it. Apply jax.lax.stop_gradient to its inputs or differentiate "
+                "a function that does not use it."
+            )
+
+        return refuse
+    if callable(strategy):
+        return strategy
+    if strategy == "fallback":
+
+        def fallback(primals, tangents, **params):
+            tangents = [ad.instantiate_zeros(t) for t in tangents]
+            return jax.jvp(functools.partial(impl, **params), tuple(primals), tuple(tangents))
+
+        return fallback
+    raise ValueError(
+        f"primitive {prim.name}: jvp must be 'fallback', None or a callable, got {strategy!r}"
+    )
+
+
+def _is_array(value) -> bool:
+    return isinstance(value, (jax.Array, jax.core.Tracer, np.ndarray, np.generic))
+
+
+def default_binder(original: Callable[..., Any], prim) -> Callable[..., Any]:
+    """A stand-in for ``original`` that binds ``prim`` when it can.
+
+    The leading positional arguments that are arrays become operands; every
+    other argument must be hashable and becomes a parameter. A call that does
+    not fit (an array after a static argument, an unhashable option) runs
+    ``original`` instead, which still converts through its decomposition.
+    """
+    try:
+        signature = inspect.signature(original)
+    except (TypeError, ValueError):
+        signature = None
+
+    @functools.wraps(original)
+    def binder(*args, **kwargs):
+        if signature is None:
+            return original(*args, **kwargs)
+        try:
+            bound = signature.bind(*args, **kwargs)
+        except TypeError:
+            return original(*args, **kwargs)
+        bound.apply_defaults()
+        operands, params, in_operands = [], {}, True
+        for pname, value in bound.arguments.items():
+            kind = signature.parameters[pname].kind
+            if kind in (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD):
+                return original(*args, **kwargs)
+            if in_operands and _is_array(value) and kind != inspect.Parameter.KEYWORD_ONLY:
+                operands.append(value)
+                continue
+            in_operands = False
+            if _is_array(value):
+                return original(*args, **kwargs)
+            try:
+                hash(value)
+            except TypeError:
+                return original(*args, **kwargs)
+            params[pname] = value
+        if not operands:
+            return original(*args, **kwargs)
+        return prim.bind(*operands, **params)
+
+    return binder

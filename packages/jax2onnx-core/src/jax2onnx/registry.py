@@ -1,0 +1,110 @@
+"""The merged view of every loaded plugin's rules."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from jax2onnx.errors import PluginConflictError
+from jax2onnx.rules import Interception, Lowering, Rules
+
+# Which of our distributions provides lowerings for primitives by origin, for
+# the "missing lowering" message. Macro primitives carry their plugin's name
+# as a prefix (``nn.gelu``); JAX's own primitives come from jax2onnx-lax.
+KNOWN_DISTRIBUTIONS = {
+    "lax": "jax2onnx-lax",
+    "nn": "jax2onnx-nn",
+    "flax": "jax2onnx-flax",
+    "equinox": "jax2onnx-equinox",
+}
+
+
+class Registry:
+    """Lowerings by primitive name, interceptions and cases, conflicts resolved."""
+
+    def __init__(self, rules: Sequence[Rules], plugin_set: Any = None) -> None:
+        self.rules = tuple(rules)
+        self.plugin_set = plugin_set
+        chosen: dict[tuple[str, int], Lowering] = {}
+        for r in self.rules:
+            for lowering in r.lowerings:
+                key = (lowering.primitive, lowering.min_opset)
+                existing = chosen.get(key)
+                if existing is None:
+                    chosen[key] = lowering
+                elif lowering.override and not existing.override:
+                    chosen[key] = lowering
+                elif existing.override and not lowering.override:
+                    continue
+                else:
+                    raise PluginConflictError(
+                        f"plugins {existing.plugin!r} ({existing.where}) and "
+                        f"{lowering.plugin!r} ({lowering.where}) both lower primitive "
+                        f"{lowering.primitive!r}. Register one of them with override=True, "
+                        f"or disable a plugin with JAX2ONNX_DISABLE_PLUGINS."
+                    )
+        self._by_name: dict[str, list[Lowering]] = {}
+        for (name, _), lowering in sorted(chosen.items(), key=lambda kv: (kv[0][0], -kv[0][1])):
+            self._by_name.setdefault(name, []).append(lowering)
+        self.interceptions: tuple[Interception, ...] = tuple(
+            i for r in self.rules for i in r.interceptions
+        )
+
+    def __contains__(self, name: str) -> bool:
+        return name in self._by_name
+
+    @property
+    def primitive_names(self) -> list[str]:
+        return sorted(self._by_name)
+
+    def lowerings(self, name: str) -> list[Lowering]:
+        """Every lowering of ``name``, newest ``min_opset`` first."""
+        return list(self._by_name.get(name, ()))
+
+    def lookup(self, name: str, opset: int) -> Lowering | None:
+        """The lowering of ``name`` with the newest ``min_opset`` not above ``opset``."""
+        for lowering in self._by_name.get(name, ()):
+            if lowering.min_opset <= opset:
+                return lowering
+        return None
+
+    def provider_hint(self, name: str) -> str | None:
+        """Which of our distributions would lower ``name``, if one would."""
+        prefix = name.split(".", 1)[0] if "." in name else None
+        if prefix in KNOWN_DISTRIBUTIONS:
+            return KNOWN_DISTRIBUTIONS[prefix]
+        if name in _jax_primitive_names():
+            return KNOWN_DISTRIBUTIONS["lax"]
+        return None
+
+
+def _jax_primitive_names() -> set[str]:
+    """Names of the primitives JAX itself defines (computed on the error path only)."""
+    import importlib
+
+    import jax.extend.core
+
+    names: set[str] = set()
+    modules = (
+        "jax._src.lax.lax",
+        "jax._src.lax.slicing",
+        "jax._src.lax.control_flow",
+        "jax._src.lax.convolution",
+        "jax._src.lax.windowed_reductions",
+        "jax._src.lax.linalg",
+        "jax._src.lax.fft",
+        "jax._src.lax.special",
+        "jax._src.lax.parallel",
+        "jax._src.lax.ann",
+        "jax._src.prng",
+        "jax._src.random",
+    )
+    for module_name in modules:
+        try:
+            module = importlib.import_module(module_name)
+        except ImportError:
+            continue
+        for value in vars(module).values():
+            if isinstance(value, jax.extend.core.Primitive):
+                names.add(value.name)
+    return names

@@ -1,0 +1,1 @@
+"""jax2onnx-lax: lowerings of the primitives JAX itself emits."""

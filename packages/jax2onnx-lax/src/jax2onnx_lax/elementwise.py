@@ -1,0 +1,165 @@
+"""Elementwise arithmetic, comparisons, selection and type conversion."""
+
+from __future__ import annotations
+
+import numpy as np
+from jax import lax
+
+from jax2onnx.dtypes import onnx_dtype
+from jax2onnx.plugin import case
+from jax2onnx_lax._rules import rules
+
+rules.elementwise(
+    {
+        lax.add_p: "Add",
+        lax.sub_p: "Sub",
+        lax.mul_p: "Mul",
+        lax.neg_p: "Neg",
+        lax.exp_p: "Exp",
+        lax.log_p: "Log",
+        lax.tanh_p: "Tanh",
+        lax.logistic_p: "Sigmoid",
+        lax.eq_p: "Equal",
+        lax.lt_p: "Less",
+        lax.le_p: "LessOrEqual",
+        lax.gt_p: "Greater",
+        lax.ge_p: "GreaterOrEqual",
+    }
+)
+
+rules.add_cases(lax.add_p, [
+    case("add", lax.add, [("B", 4), ("B", 4)]),
+    case("add_int", lax.add, [(3,), (3,)], dtypes=[np.int32, np.int32]),
+    case("add_scalar_literal", lambda x: x + 1.5, [("B", 3)]),
+])
+rules.add_cases(lax.sub_p, [case("sub", lax.sub, [("B", 4), ("B", 4)])])
+rules.add_cases(lax.mul_p, [case("mul", lax.mul, [(2, 3), (2, 3)], expect=["Mul:2x3"])])
+rules.add_cases(lax.neg_p, [case("neg", lax.neg, [("B", 3)], expect=["Neg:Bx3"])])
+rules.add_cases(lax.exp_p, [case("exp", lax.exp, [("B", 3)], expect=["Exp"])])
+rules.add_cases(lax.log_p, [case("log", lax.log, [("B", 3)], input_range=(0.1, 5.0))])
+rules.add_cases(lax.tanh_p, [case("tanh", lax.tanh, [(3,)], expect=["Tanh:3"])])
+rules.add_cases(lax.logistic_p, [case("logistic", lax.logistic, [("B", 5)], expect=["Sigmoid"])])
+for _prim, _fn in ((lax.eq_p, lax.eq), (lax.lt_p, lax.lt), (lax.le_p, lax.le),
+                   (lax.gt_p, lax.gt), (lax.ge_p, lax.ge), (lax.ne_p, lax.ne)):
+    rules.add_cases(_prim, [
+        case(_prim.name, _fn, [("B", 4), ("B", 4)]),
+        case(f"{_prim.name}_int", _fn, [np.array([1, 2, 3], np.int32), np.array([3, 2, 1], np.int32)]),
+    ])
+
+
+@rules.lowering(lax.ne_p)
+def ne(ctx, x, y):
+    """ne -> Not(Equal): ONNX has no NotEqual."""
+    return ctx.op.Not(ctx.op.Equal(x, y))
+
+
+@rules.lowering(
+    lax.div_p,
+    cases=[
+        case("div", lax.div, [("B", 3), ("B", 3)], input_range=(0.5, 3.0)),
+        case("div_int_truncates", lax.div,
+             [np.array([7, -7, 7, -7], np.int32), np.array([2, 2, -2, -2], np.int32)]),
+    ],
+)
+def div(ctx, x, y):
+    """One Div; integer division truncates toward zero in both JAX and ONNX Runtime."""
+    return ctx.op.Div(x, y)
+
+
+@rules.lowering(
+    lax.max_p,
+    cases=[case("max", lax.max, [("B", 3), ("B", 3)]),
+           case("max_nan", lax.max, [np.array([np.nan, 1.0, 2.0], np.float32),
+                                     np.array([0.0, np.nan, 1.0], np.float32)])],
+)
+def max_(ctx, x, y):
+    """max -> Max; ONNX Max propagates NaN like lax.max."""
+    return ctx.op.Max(x, y)
+
+
+@rules.lowering(
+    lax.min_p,
+    cases=[case("min", lax.min, [("B", 3), ("B", 3)]),
+           case("min_nan", lax.min, [np.array([np.nan, 1.0, 2.0], np.float32),
+                                     np.array([0.0, np.nan, 1.0], np.float32)])],
+)
+def min_(ctx, x, y):
+    """min -> Min; ONNX Min propagates NaN like lax.min."""
+    return ctx.op.Min(x, y)
+
+
+@rules.lowering(
+    lax.integer_pow_p,
+    cases=[
+        case("square", lambda x: lax.integer_pow(x, 2), [("B", 3)]),
+        case("cube", lambda x: lax.integer_pow(x, 3), [(4,)]),
+        case("pow7", lambda x: lax.integer_pow(x, 7), [(4,)], input_range=(0.5, 1.5)),
+        case("inverse_square", lambda x: lax.integer_pow(x, -2), [(4,)], input_range=(0.5, 2.0)),
+        case("pow0", lambda x: lax.integer_pow(x, 0), [(4,)], no_unused_inputs=False),
+        case("int_cube", lambda x: lax.integer_pow(x, 3), [np.array([-2, 0, 3], np.int32)]),
+    ],
+)
+def integer_pow(ctx, x, *, y):
+    """x**y by repeated squaring with Mul, as JAX computes it (exact, no Pow)."""
+    if y == 0:
+        return ctx.op.Add(ctx.op.Mul(x, 0), 1)
+    acc, base, n = None, x, abs(y)
+    while n:
+        if n & 1:
+            acc = base if acc is None else ctx.op.Mul(acc, base)
+        n >>= 1
+        if n:
+            base = ctx.op.Mul(base, base)
+    if y < 0:
+        return ctx.op.Reciprocal(acc)
+    return acc if acc is not x else ctx.op.Identity(x)
+
+
+@rules.lowering(
+    lax.select_n_p,
+    cases=[
+        case("select_bool", lambda p, a, b: lax.select_n(p, a, b),
+             [np.array([True, False, True]), (3,), (3,)]),
+        case("select_int3", lambda p, a, b, c: lax.select_n(p, a, b, c),
+             [np.array([0, 1, 2, 1], np.int32), (4,), (4,), (4,)]),
+        case("relu_like", lambda x: lax.select_n(x > 0, -x, x), [("B", 3)]),
+    ],
+)
+def select_n(ctx, which, *cases):
+    """select_n -> Where (bool predicate) or a chain of Where(Equal(which, i)) for n > 2."""
+    if len(cases) == 1:
+        return ctx.op.Identity(cases[0])
+    if ctx.avals_in[0].dtype == np.bool_:
+        return ctx.op.Where(which, cases[1], cases[0])
+    result = cases[-1]
+    for i in range(len(cases) - 2, -1, -1):
+        result = ctx.op.Where(ctx.op.Equal(which, np.asarray(i, ctx.avals_in[0].dtype)),
+                              cases[i], result)
+    return result
+
+
+@rules.lowering(
+    lax.convert_element_type_p,
+    cases=[
+        case("f32_to_i32", lambda x: lax.convert_element_type(x, np.int32), [("B", 4)],
+             input_range=(-5.0, 5.0)),
+        case("i32_to_f32", lambda x: lax.convert_element_type(x, np.float32),
+             [np.array([1, -2, 3], np.int32)]),
+        case("f32_to_bool", lambda x: lax.convert_element_type(x, np.bool_),
+             [np.array([0.0, 1.5, -0.0, np.nan], np.float32)]),
+        case("bool_to_f32", lambda x: lax.convert_element_type(x, np.float32),
+             [np.array([True, False])]),
+    ],
+)
+def convert_element_type(ctx, x, *, new_dtype, **_):
+    """convert_element_type -> Cast (float->int truncates toward zero, as in JAX)."""
+    return ctx.op.Cast(x, to=onnx_dtype(new_dtype))
+
+
+@rules.lowering(
+    lax.stop_gradient_p,
+    cases=[case("stop_gradient", lambda x: lax.stop_gradient(x) * 2.0, [("B", 3)])],
+)
+def stop_gradient(ctx, x, **_):
+    """stop_gradient matters only to autodiff: Identity (removed by the passes)."""
+    return ctx.op.Identity(x)

@@ -1,0 +1,1 @@
+"""jax2onnx plugin distribution `jax2onnx-nn`."""

@@ -1,0 +1,240 @@
+"""``check_case``: convert -> full checker -> ONNX Runtime -> compare with JAX -> expect_graph."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import zlib
+from collections.abc import Sequence
+from typing import Any
+
+import jax
+import numpy as np
+import onnx
+
+from jax2onnx import to_onnx
+from jax2onnx.cases import Case
+from jax2onnx.rules import Rules
+from jax2onnx_testkit.expect import expect_graph
+
+# (rtol, atol) by dtype name; a case may override any of them.
+DEFAULT_TOLERANCES = {
+    "float64": (1e-10, 1e-10),
+    "float32": (1e-5, 1e-5),
+    "float16": (1e-2, 1e-3),
+    "bfloat16": (2e-2, 1e-2),
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class CaseVariant:
+    """One way of running a case: dtype precision and static or symbolic shapes."""
+
+    plugin: str
+    component: str
+    case: Case
+    precision: str  # "f32" or "f64"
+    dynamic: bool
+    extra_rules: tuple[Rules, ...] = ()
+
+    @property
+    def id(self) -> str:
+        kind = "dynamic" if self.dynamic else "static"
+        return f"{self.plugin}/{self.component}/{self.case.name}[{self.precision}-{kind}]"
+
+    def __repr__(self) -> str:
+        return f"CaseVariant({self.id})"
+
+
+def _has_float_inputs(c: Case) -> bool:
+    for i, spec in enumerate(c.inputs):
+        if isinstance(spec, tuple):
+            dtype = None if c.dtypes is None else c.dtypes[i]
+            if dtype is None or np.issubdtype(np.dtype(dtype), np.floating):
+                return True
+        elif np.issubdtype(np.asarray(spec).dtype, np.floating):
+            return True
+    return False
+
+
+def variants_of(
+    plugin: str, component: str, c: Case, extra_rules: Sequence[Rules] = ()
+) -> list[CaseVariant]:
+    """``f32-static``, ``f64-static`` (float cases), ``f32-dynamic`` (symbolic cases)."""
+    precisions = c.variants or (("f32", "f64") if _has_float_inputs(c) else ("f32",))
+    out = [CaseVariant(plugin, component, c, p, False, tuple(extra_rules)) for p in precisions]
+    if c.symbols:
+        out.append(CaseVariant(plugin, component, c, precisions[0], True, tuple(extra_rules)))
+    return out
+
+
+def _eval_dim(dim: Any, sizes: dict[str, int]) -> int:
+    if isinstance(dim, int):
+        return dim
+    expr = re.sub(r"[A-Za-z_]\w*", lambda m: str(sizes[m.group(0)]), dim)
+    if not re.fullmatch(r"[\d\s+\-*/()]+", expr):
+        raise ValueError(f"cannot evaluate dimension {dim!r}")
+    return int(eval(expr.replace("//", "//"), {"__builtins__": {}}))  # digits and operators only
+
+
+def _float(precision: str) -> np.dtype:
+    return np.dtype(np.float64 if precision == "f64" else np.float32)
+
+
+def _input_dtype(c: Case, i: int, precision: str) -> np.dtype:
+    dtype = None if c.dtypes is None else c.dtypes[i]
+    if dtype is None:
+        return _float(precision)
+    dtype = np.dtype(dtype)
+    if precision == "f32" and dtype.itemsize == 8 and dtype.kind in "fiu":
+        raise ValueError(f"case {c.name!r}: 64-bit input dtype {dtype} needs variants=['f64']")
+    return dtype
+
+
+def _concrete(c: Case, precision: str, sizes: dict[str, int], seed: int) -> list[np.ndarray]:
+    rng = np.random.default_rng(seed)
+    arrays = []
+    for i, spec in enumerate(c.inputs):
+        if not isinstance(spec, tuple):
+            array = np.asarray(spec)
+            if precision == "f32" and array.dtype == np.float64:
+                array = array.astype(np.float32)
+            arrays.append(array)
+            continue
+        shape = tuple(_eval_dim(d, sizes) for d in spec)
+        dtype = _input_dtype(c, i, precision)
+        if dtype == np.bool_:
+            arrays.append(rng.random(shape) < 0.5)
+        elif np.issubdtype(dtype, np.integer):
+            lo, hi = c.input_range or ((0, 10) if np.issubdtype(dtype, np.unsignedinteger) else (-5, 6))
+            arrays.append(rng.integers(int(lo), int(hi), size=shape).astype(dtype))
+        elif c.input_range is not None:
+            lo, hi = c.input_range
+            arrays.append(rng.uniform(lo, hi, size=shape).astype(dtype))
+        else:
+            arrays.append(rng.standard_normal(shape).astype(dtype))
+    return arrays
+
+
+def _specs(c: Case, precision: str, sizes: dict[str, int] | None) -> list[Any]:
+    """Conversion input specs: concrete sizes for static variants, symbols otherwise."""
+    from jax import export
+
+    scope = export.SymbolicScope()
+    specs = []
+    for i, spec in enumerate(c.inputs):
+        if not isinstance(spec, tuple):
+            array = np.asarray(spec)
+            if precision == "f32" and array.dtype == np.float64:
+                array = array.astype(np.float32)
+            specs.append(jax.ShapeDtypeStruct(array.shape, array.dtype))
+            continue
+        if sizes is not None:
+            shape = tuple(_eval_dim(d, sizes) for d in spec)
+        else:
+            shape = tuple(
+                d if isinstance(d, int) else export.symbolic_shape(d, scope=scope)[0] for d in spec
+            )
+        specs.append(jax.ShapeDtypeStruct(shape, _input_dtype(c, i, precision)))
+    return specs
+
+
+def _tolerance(c: Case, dtype: np.dtype) -> tuple[float, float]:
+    if c.tolerances and dtype.name in c.tolerances:
+        return c.tolerances[dtype.name]
+    return DEFAULT_TOLERANCES.get(dtype.name, (0.0, 0.0))
+
+
+def compare(c: Case, expected: Sequence[Any], got: Sequence[np.ndarray], where: str) -> None:
+    """Outputs must agree in count, dtype, shape and value (dtype-aware tolerances)."""
+    if len(expected) != len(got):
+        raise AssertionError(f"{where}: JAX gives {len(expected)} outputs, ONNX Runtime {len(got)}")
+    for i, (want, have) in enumerate(zip(expected, got)):
+        want = np.asarray(want)
+        if want.dtype != have.dtype:
+            raise AssertionError(f"{where}: output {i} dtype {have.dtype}, JAX {want.dtype}")
+        if want.shape != have.shape:
+            raise AssertionError(f"{where}: output {i} shape {have.shape}, JAX {want.shape}")
+        rtol, atol = _tolerance(c, want.dtype)
+        if want.dtype.kind in "fc" or want.dtype.name == "bfloat16":
+            w, h = want.astype(np.float64), have.astype(np.float64)
+            ok = np.allclose(h, w, rtol=rtol, atol=atol, equal_nan=True)
+        else:
+            w, h = want, have
+            ok = np.array_equal(w, h)
+        if not ok:
+            diff = np.abs(np.where(np.isnan(w) & np.isnan(h), 0, w - h)) if w.dtype.kind == "f" else None
+            worst = f"max abs diff {np.nanmax(diff):.3g}" if diff is not None else "values differ"
+            raise AssertionError(
+                f"{where}: output {i} differs from JAX ({worst}; rtol={rtol}, atol={atol})\n"
+                f"JAX:  {np.array2string(w.ravel()[:12])}\nONNX: {np.array2string(h.ravel()[:12])}"
+            )
+
+
+def _run_jax(fn, args, params, precision):
+    with jax.enable_x64(precision == "f64"):
+        out = fn(*args, **params)
+        return [np.asarray(x) for x in jax.tree_util.tree_leaves(out)]
+
+
+def check_case(variant: CaseVariant) -> onnx.ModelProto:
+    """Run the whole check for one case variant; returns the exported model."""
+    import onnxruntime as ort
+
+    c = variant.case
+    fn = c.fn() if c.factory else c.fn
+    symbols = c.symbols
+    static_sizes = {s: c.sizes(s)[0] for s in symbols}
+    run_sizes = (
+        [{s: c.sizes(s)[k] for s in symbols} for k in range(1, len(c.sizes(symbols[0])))]
+        if variant.dynamic
+        else [static_sizes]
+    )
+    specs = _specs(c, variant.precision, None if variant.dynamic else static_sizes)
+    params = dict(c.input_params or {})
+    kwargs = {"opset": c.opset} if c.opset is not None else {}
+    with jax.enable_x64(variant.precision == "f64"):
+        model = to_onnx(
+            fn,
+            specs,
+            input_params=params or None,
+            enable_double_precision=variant.precision == "f64",
+            extra_rules=list(variant.extra_rules) or None,
+            **kwargs,
+        )
+    onnx.checker.check_model(model, full_check=True)
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    names = [i.name for i in session.get_inputs()]
+    seed = zlib.crc32(variant.id.encode())
+    for sizes in run_sizes:
+        args = _concrete(c, variant.precision, sizes, seed)
+        feed = dict(zip(names, args))
+        for key, value in params.items():
+            meta = next(i for i in session.get_inputs() if i.name == key)
+            feed[key] = np.asarray(value, dtype=_ort_numpy(meta.type))
+        got = session.run(None, feed)
+        expected = _run_jax(fn, args, params, variant.precision)
+        compare(c, expected, got, f"{variant.id} at sizes {sizes}")
+    subs = {} if variant.dynamic else static_sizes
+    expect_graph(
+        model,
+        c.expect,
+        counts=c.counts,
+        no_unused_inputs=c.no_unused_inputs,
+        input_shapes=_symbolic_input_shapes(c, names) if variant.dynamic else None,
+        subs=subs,
+    )
+    return model
+
+
+def _symbolic_input_shapes(c: Case, names: Sequence[str]) -> dict[str, str]:
+    shapes = {}
+    for name, spec in zip(names, c.inputs):
+        if isinstance(spec, tuple) and any(isinstance(d, str) for d in spec):
+            shapes[name] = "x".join(str(d).replace(" ", "") for d in spec)
+    return shapes
+
+
+def _ort_numpy(ort_type: str) -> Any:
+    name = ort_type[len("tensor(") : -1]
+    return {"float": np.float32, "double": np.float64}.get(name, name)

@@ -1,0 +1,75 @@
+"""pytest plugin: parametrise any test that takes ``jax2onnx_case``.
+
+The cases come from the plugins of the distribution the test file belongs to
+(the entry points in the nearest ``pyproject.toml``; ``jax2onnx-core`` means
+the core plugin). A test module may instead name plugins with
+``jax2onnx_plugins = ["lax"]`` or bring its own ``Rules`` objects with
+``jax2onnx_rules = [rules]`` (used as ``extra_rules`` in the conversions).
+"""
+
+from __future__ import annotations
+
+import pathlib
+import tomllib
+
+import pytest
+
+
+def _distribution_plugins(test_file: str) -> list[str]:
+    for folder in pathlib.Path(test_file).resolve().parents:
+        pyproject = folder / "pyproject.toml"
+        if pyproject.is_file():
+            project = tomllib.loads(pyproject.read_text()).get("project", {})
+            if project.get("name") == "jax2onnx-core":
+                return ["core"]
+            return sorted(project.get("entry-points", {}).get("jax2onnx", {}))
+    return []
+
+
+def collect_variants(plugin_names, extra_rules=()):
+    """Every variant of every case of the named plugins and of ``extra_rules``."""
+    import jax2onnx
+    from jax2onnx_testkit.check import variants_of
+
+    loaded = {p.name: p for p in jax2onnx.plugins().plugins}
+    missing = [n for n in plugin_names if n not in loaded]
+    if missing:
+        failures = "; ".join(f.describe() for f in jax2onnx.plugins().failures) or "none"
+        raise pytest.UsageError(
+            f"jax2onnx plugins {missing} are not loaded (failures: {failures}); "
+            "install the distribution that provides them"
+        )
+    sources = [(n, loaded[n].rules) for n in plugin_names if loaded[n].rules is not None]
+    sources += [(r.name, r) for r in extra_rules]
+    variants = []
+    for plugin, rules in sources:
+        for component, case in rules.cases:
+            variants.extend(variants_of(plugin, component, case, extra_rules))
+    return variants
+
+
+def pytest_generate_tests(metafunc):
+    if "jax2onnx_case" not in metafunc.fixturenames:
+        return
+    module = metafunc.module
+    extra = tuple(getattr(module, "jax2onnx_rules", ()))
+    names = getattr(module, "jax2onnx_plugins", None)
+    if names is None:
+        names = [] if extra else _distribution_plugins(str(metafunc.definition.path))
+    params = []
+    for variant in collect_variants(list(names), extra):
+        marks = []
+        if variant.case.skip:
+            marks.append(pytest.mark.skip(reason=variant.case.skip))
+        if variant.case.xfail:
+            marks.append(pytest.mark.xfail(reason=variant.case.xfail, strict=True))
+        params.append(pytest.param(variant, id=variant.id, marks=marks))
+    metafunc.parametrize("jax2onnx_case", params)
+
+
+@pytest.fixture
+def check_case():
+    """The testkit's ``check_case`` function."""
+    from jax2onnx_testkit.check import check_case as check
+
+    return check
