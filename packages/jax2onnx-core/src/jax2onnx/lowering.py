@@ -26,6 +26,22 @@ from jax2onnx.registry import Registry
 
 _SMALL_CONST = 1024  # constants up to this many elements are shared by value
 
+# Ops whose output has the dtype of their first input: the builder records it,
+# so later Python-number operands get the right dtype.
+_SAME_DTYPE = frozenset(
+    "Abs Acos Acosh Add Asin Asinh Atan Atanh AveragePool BatchNormalization Ceil Celu Clip "
+    "Concat Conv ConvTranspose Cos Cosh CumSum DepthToSpace Div Einsum Elu Erf Exp Expand "
+    "Flatten Floor Gather GatherElements GatherND Gelu Gemm GlobalAveragePool HardSigmoid "
+    "HardSwish Identity InstanceNormalization LayerNormalization LeakyRelu Log LogSoftmax MatMul "
+    "Max MaxPool Mean Min Mish Mod Mul Neg Pad Pow Reciprocal ReduceL1 ReduceL2 ReduceLogSumExp "
+    "ReduceMax ReduceMean ReduceMin ReduceProd ReduceSum ReduceSumSquare Relu Reshape Resize "
+    "Round ScatterElements ScatterND Selu Sigmoid Sign Sin Sinh Slice Softmax Softplus Softsign "
+    "SpaceToDepth Sqrt Squeeze Sub Sum Tan Tanh Tile Transpose Trilu Unsqueeze".split()
+)
+_BOOL_OUT = frozenset(
+    "Equal Greater GreaterOrEqual Less LessOrEqual Not And Or Xor IsNaN IsInf".split()
+)
+
 
 def source_line(eqn: Any) -> str:
     """The user's source line an equation came from, as ``file:line (function)``."""
@@ -104,8 +120,11 @@ class GraphScope:
             version=version,
             name=self.conversion.fresh(op_type),
         )
+        dtype = _result_dtype(op_type, domain, inputs, attributes)
         for out in node.outputs:
             out.name = self.conversion.fresh(op_type.lower())
+        if dtype is not None and num_outputs >= 1:
+            node.outputs[0].dtype = dtype
         self.nodes.append(node)
         return node.outputs
 
@@ -259,6 +278,22 @@ class GraphScope:
                 continue
             stamp(value, var.aval, name, lowering)
             env[var] = value
+
+
+def _result_dtype(op_type, domain, inputs, attributes) -> ir.DataType | None:
+    if domain not in ("", "ai.onnx"):
+        return None
+    if op_type == "Cast":
+        return ir.DataType(attributes["to"])
+    if op_type in _BOOL_OUT:
+        return ir.DataType.BOOL
+    if op_type in ("Shape", "Size"):
+        return ir.DataType.INT64
+    if op_type == "Where" and len(inputs) > 1 and inputs[1] is not None:
+        return inputs[1].dtype
+    if op_type in _SAME_DTYPE and inputs and inputs[0] is not None:
+        return inputs[0].dtype
+    return None
 
 
 def _plain_var(d: Any) -> list[str]:

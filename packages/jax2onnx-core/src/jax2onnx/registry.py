@@ -98,6 +98,10 @@ def _jax_primitive_names() -> set[str]:
         "jax._src.lax.ann",
         "jax._src.prng",
         "jax._src.random",
+        "jax._src.ad_util",
+        "jax._src.ad_checkpoint",
+        "jax._src.custom_derivatives",
+        "jax._src.pjit",
     )
     for module_name in modules:
         try:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import jax
+import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
@@ -12,6 +14,7 @@ from jax2onnx_lax._rules import rules
 rules.elementwise(
     {
         lax.add_p: "Add",
+        "add_any": "Add",
         lax.sub_p: "Sub",
         lax.mul_p: "Mul",
         lax.neg_p: "Neg",
@@ -31,6 +34,9 @@ rules.add_cases(lax.add_p, [
     case("add", lax.add, [("B", 4), ("B", 4)]),
     case("add_int", lax.add, [(3,), (3,)], dtypes=[np.int32, np.int32]),
     case("add_scalar_literal", lambda x: x + 1.5, [("B", 3)]),
+])
+rules.add_cases("add_any", [
+    case("grad_fanout", jax.grad(lambda x: (jnp.tanh(x) * x).sum()), [(4,)]),
 ])
 rules.add_cases(lax.sub_p, [case("sub", lax.sub, [("B", 4), ("B", 4)])])
 rules.add_cases(lax.mul_p, [case("mul", lax.mul, [(2, 3), (2, 3)], expect=["Mul:2x3"])])
