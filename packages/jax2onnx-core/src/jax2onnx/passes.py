@@ -1,6 +1,6 @@
 """Step 5: clean the graph with onnx_ir's own passes.
 
-Unused nodes go, equal subexpressions merge, small equal initializers merge,
+Identity nodes and unused nodes go, equal subexpressions merge, small equal initializers merge,
 unused opset imports go. Every pass is deterministic, so the same input gives
 a byte-identical model.
 """
@@ -14,6 +14,7 @@ from onnx_ir.passes import common
 def optimize(model: ir.Model) -> ir.Model:
     """Run the cleanup passes in place and return the model."""
     passes = ir.passes.Sequential(
+        common.IdentityEliminationPass(),
         common.RemoveUnusedNodesPass(),
         common.CommonSubexpressionEliminationPass(),
         common.RemoveUnusedNodesPass(),

@@ -30,8 +30,15 @@ def _axes(ctx, axes):
     ],
 )
 def broadcast_in_dim(ctx, x, *dyn_shape, shape, broadcast_dimensions, **_):
-    """Unsqueeze the new axes, then Expand where a size grows."""
+    """Unsqueeze the new axes, then Expand where a size grows.
+
+    A constant operand with a static result becomes a constant (a reshaped
+    view, or a small broadcast copy), so biases need no runtime Unsqueeze.
+    """
     in_shape = ctx.avals_in[0].shape
+    folded = _fold_constant(ctx, x, in_shape, shape, broadcast_dimensions)
+    if folded is not None:
+        return folded
     missing = [i for i in range(len(shape)) if i not in broadcast_dimensions]
     y = ctx.op.Unsqueeze(x, _axes(ctx, missing)) if missing else x
     expanded = list(shape)
@@ -41,6 +48,20 @@ def broadcast_in_dim(ctx, x, *dyn_shape, shape, broadcast_dimensions, **_):
     if all(_same(a, b) for a, b in zip(unsqueezed, expanded)):
         return y if y is not x else ctx.op.Identity(x)
     return ctx.op.Expand(y, ctx.shape(expanded))
+
+
+def _fold_constant(ctx, x, in_shape, shape, broadcast_dimensions):
+    if x.const_value is None or any(is_symbolic(d) for d in shape):
+        return None
+    view = [1] * len(shape)
+    for src, dst in enumerate(broadcast_dimensions):
+        view[dst] = int(in_shape[src])
+    array = x.const_value.numpy().reshape(view)
+    if tuple(view) == tuple(shape):
+        return ctx.const(array)
+    if int(np.prod(shape)) <= 1024:
+        return ctx.const(np.broadcast_to(array, tuple(shape)).copy())
+    return None
 
 
 def _same(a, b) -> bool:

@@ -1,0 +1,150 @@
+"""The pytest plugin, run on generated test modules with ``pytester``."""
+
+from __future__ import annotations
+
+import textwrap
+
+import pytest
+
+TEST_CASE = """
+
+def test_case(jax2onnx_case, check_case):
+    check_case(jax2onnx_case)
+"""
+
+DEMO = """
+import jax.numpy as jnp
+
+from jax2onnx.plugin import Rules, case
+
+rules = Rules("demo")
+rules.add_cases("demo_component", [case("tanh", jnp.tanh, [("B", 3)], expect=["Tanh"])])
+jax2onnx_rules = [rules]
+"""
+
+# a test-local primitive whose JAX impl is tanh; ``WRONG_OP`` is what it lowers to
+PRIMITIVE = """
+import jax.numpy as jnp
+from jax.extend.core import Primitive
+from jax.interpreters import mlir
+
+from jax2onnx.plugin import Rules, case
+
+demo_tanh_p = Primitive("testkit_demo_tanh")
+demo_tanh_p.def_impl(jnp.tanh)
+demo_tanh_p.def_abstract_eval(lambda x: x)
+mlir.register_lowering(demo_tanh_p, mlir.lower_fun(jnp.tanh, multiple_results=False))
+
+rules = Rules("demo")
+
+
+@rules.lowering(demo_tanh_p)
+def lower(ctx, x):
+    return getattr(ctx.op, WRONG_OP)(x)
+
+
+jax2onnx_rules = [rules]
+"""
+
+
+def _run(pytester: pytest.Pytester, source: str, *args: str) -> pytest.RunResult:
+    pytester.makepyfile(test_demo=textwrap.dedent(source) + TEST_CASE)
+    return pytester.runpytest("-p", "no:cacheprovider", "--import-mode=importlib", *args)
+
+
+def _ids(result: pytest.RunResult) -> list[str]:
+    return [
+        line.split("::", 1)[1]
+        for line in result.outlines
+        if line.startswith("test_demo.py::")
+    ]
+
+
+def test_ids_of_variants(pytester):
+    result = _run(pytester, DEMO, "--collect-only", "-q")
+    assert _ids(result) == [
+        "test_case[demo/demo_component/tanh[f32-static]]",
+        "test_case[demo/demo_component/tanh[f64-static]]",
+        "test_case[demo/demo_component/tanh[f32-dynamic]]",
+    ]
+
+
+def test_correct_lowering_passes(pytester):
+    result = _run(pytester, DEMO)
+    result.assert_outcomes(passed=3)
+
+
+def test_primitive_with_right_op_passes(pytester):
+    source = PRIMITIVE.replace("WRONG_OP", '"Tanh"') + (
+        'rules.add_cases(demo_tanh_p, [case("t", demo_tanh_p.bind, [(2, 3)])])\n'
+    )
+    _run(pytester, source).assert_outcomes(passed=2)
+
+
+def test_wrong_lowering_fails(pytester):
+    source = PRIMITIVE.replace("WRONG_OP", '"Sigmoid"') + (
+        'rules.add_cases(demo_tanh_p, [case("t", demo_tanh_p.bind, [(2, 3)])])\n'
+    )
+    result = _run(pytester, source)
+    result.assert_outcomes(failed=2)
+    result.stdout.fnmatch_lines(["*demo/testkit_demo_tanh/t[[]f32-static[]] at sizes {}: "
+                                 "output 0 differs from JAX*"])
+
+
+def test_expect_graph_failure(pytester):
+    source = DEMO.replace('expect=["Tanh"]', 'expect=["Tanh -> Sigmoid"]')
+    result = _run(pytester, source)
+    result.assert_outcomes(failed=3)
+    result.stdout.fnmatch_lines(["*graph expectations failed: no path 'Tanh -> Sigmoid'*"])
+
+
+def test_skip_and_xfail_with_reasons(pytester):
+    source = DEMO + textwrap.dedent(
+        """
+        rules.add_cases("other", [
+            case("skipped", jnp.tanh, [(3,)], skip="not today"),
+            case("xfailed", jnp.tanh, [(3,)], expect=["Relu"], xfail="no Relu here"),
+        ])
+        """
+    )
+    result = _run(pytester, source, "-rsx")
+    # tanh: 3 variants; skipped and xfailed: f32-static and f64-static each
+    result.assert_outcomes(passed=3, skipped=2, xfailed=2)
+    result.stdout.fnmatch_lines(["SKIPPED*not today*", "XFAIL*no Relu here*"])
+
+
+def test_xfail_is_strict(pytester):
+    source = DEMO.replace('expect=["Tanh"]', 'expect=["Tanh"], xfail="should fail but passes"')
+    result = _run(pytester, source)
+    result.assert_outcomes(failed=3)
+    result.stdout.fnmatch_lines(["*XPASS(strict)*should fail but passes*"])
+
+
+def test_plugins_of_the_distribution(pytester):
+    pytester.makefile(
+        ".toml",
+        pyproject=textwrap.dedent(
+            """
+            [project]
+            name = "whatever"
+
+            [project.entry-points.jax2onnx]
+            lax = "jax2onnx_lax.plugin"
+            """
+        ),
+    )
+    pytester.mkdir("tests")
+    pytester.path.joinpath("tests", "test_cases.py").write_text(TEST_CASE)
+    result = pytester.runpytest(
+        "-p", "no:cacheprovider", "--import-mode=importlib", "--collect-only", "-q", "tests"
+    )
+    ids = [line for line in result.outlines if line.startswith("tests/test_cases.py::")]
+    assert any(i.startswith("tests/test_cases.py::test_case[lax/") for i in ids), result.outlines
+    assert "tests/test_cases.py::test_case[lax/tanh/tanh[f32-static]]" in ids
+
+
+def test_unknown_plugin_is_a_usage_error(pytester):
+    pytester.makepyfile(test_demo='jax2onnx_plugins = ["no_such_plugin"]\n' + TEST_CASE)
+    result = pytester.runpytest("-p", "no:cacheprovider", "--import-mode=importlib")
+    result.stdout.fnmatch_lines(["*no_such_plugin*not loaded*"])
+    assert result.ret != 0
