@@ -47,17 +47,27 @@ jax2onnx_rules = [rules]
 """
 
 
+# plugins that don't concern these runs: the hypothesis plugin imports hypothesis
+# at the end of each run (seconds per in-process run, since pytester restores
+# ``sys.modules`` afterwards); pytest-benchmark warns inside xdist workers
+INNER_ARGS = (
+    "-p",
+    "no:cacheprovider",
+    "-p",
+    "no:hypothesispytest",
+    "-p",
+    "no:benchmark",
+    "--import-mode=importlib",
+)
+
+
 def _run(pytester: pytest.Pytester, source: str, *args: str) -> pytest.RunResult:
     pytester.makepyfile(test_demo=textwrap.dedent(source) + TEST_CASE)
-    return pytester.runpytest("-p", "no:cacheprovider", "--import-mode=importlib", *args)
+    return pytester.runpytest(*INNER_ARGS, *args)
 
 
 def _ids(result: pytest.RunResult) -> list[str]:
-    return [
-        line.split("::", 1)[1]
-        for line in result.outlines
-        if line.startswith("test_demo.py::")
-    ]
+    return [line.split("::", 1)[1] for line in result.outlines if line.startswith("test_demo.py::")]
 
 
 def test_ids_of_variants(pytester):
@@ -87,8 +97,9 @@ def test_wrong_lowering_fails(pytester):
     )
     result = _run(pytester, source)
     result.assert_outcomes(failed=2)
-    result.stdout.fnmatch_lines(["*demo/testkit_demo_tanh/t[[]f32-static[]] at sizes {}: "
-                                 "output 0 differs from JAX*"])
+    result.stdout.fnmatch_lines(
+        ["*demo/testkit_demo_tanh/t[[]f32-static[]] at sizes {}: output 0 differs from JAX*"]
+    )
 
 
 def test_expect_graph_failure(pytester):
@@ -135,9 +146,7 @@ def test_plugins_of_the_distribution(pytester):
     )
     pytester.mkdir("tests")
     pytester.path.joinpath("tests", "test_cases.py").write_text(TEST_CASE)
-    result = pytester.runpytest(
-        "-p", "no:cacheprovider", "--import-mode=importlib", "--collect-only", "-q", "tests"
-    )
+    result = pytester.runpytest(*INNER_ARGS, "--collect-only", "-q", "tests")
     ids = [line for line in result.outlines if line.startswith("tests/test_cases.py::")]
     assert any(i.startswith("tests/test_cases.py::test_case[lax/") for i in ids), result.outlines
     assert "tests/test_cases.py::test_case[lax/tanh/tanh[f32-static]]" in ids
@@ -145,6 +154,13 @@ def test_plugins_of_the_distribution(pytester):
 
 def test_unknown_plugin_is_a_usage_error(pytester):
     pytester.makepyfile(test_demo='jax2onnx_plugins = ["no_such_plugin"]\n' + TEST_CASE)
-    result = pytester.runpytest("-p", "no:cacheprovider", "--import-mode=importlib")
+    result = pytester.runpytest(*INNER_ARGS)
     result.stdout.fnmatch_lines(["*no_such_plugin*not loaded*"])
+    assert result.ret != 0
+
+
+def test_duplicate_case_ids_are_a_usage_error(pytester):
+    source = DEMO + 'rules.add_cases("demo_component", [case("tanh", jnp.sin, [(3,)])])\n'
+    result = _run(pytester, source)
+    result.stdout.fnmatch_lines(["*two jax2onnx cases have the id*demo/demo_component/tanh*"])
     assert result.ret != 0

@@ -1,7 +1,9 @@
 """jax2onnx: convert JAX functions and models to ONNX.
 
-``import jax2onnx`` loads the installed plugins (entry points of group
-``jax2onnx``); it never imports Flax, Equinox or ONNX Runtime.
+The installed plugins (entry points of group ``jax2onnx``) load on first use:
+the first ``to_onnx`` or ``plugins()`` call. Loading them while ``jax2onnx``
+itself imports would re-enter a plugin package that imported
+``jax2onnx.plugin`` first. Nothing here imports Flax, Equinox or ONNX Runtime.
 """
 
 from __future__ import annotations
@@ -21,10 +23,8 @@ from jax2onnx.loading import PluginSet
 
 @functools.cache
 def plugins() -> PluginSet:
-    """The plugin set loaded from the environment (once per process)."""
+    """The plugin set loaded from the environment (once per process, on first use)."""
     return PluginSet.load()
 
 
 __all__ = ["PluginSet", "__version__", "allclose", "onnx_function", "plugins", "to_onnx"]
-
-plugins()

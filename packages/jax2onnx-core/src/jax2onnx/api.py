@@ -131,8 +131,11 @@ def allclose(
     import onnxruntime as ort
 
     rng = np.random.default_rng(0)
-    is_shape = lambda x: isinstance(x, (tuple, list)) and all(  # noqa: E731
-        isinstance(d, (int, str)) for d in x
+    is_shape = lambda x: (
+        isinstance(x, (tuple, list))
+        and all(  # noqa: E731
+            isinstance(d, (int, str)) for d in x
+        )
     )
     xs = [_sample(x, rng) if is_shape(x) else np.asarray(x) for x in inputs]
     params = dict(input_params or {})

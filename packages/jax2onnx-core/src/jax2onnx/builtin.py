@@ -72,8 +72,10 @@ def remat(ctx, *args, jaxpr, **_):
 
 @rules.lowering(
     "custom_jvp_call",
-    cases=[case("custom_jvp", _softplus, [("B", 3)]),
-           case("custom_jvp_grad", jax.grad(lambda x: _softplus(x).sum()), [(4,)])],
+    cases=[
+        case("custom_jvp", _softplus, [("B", 3)]),
+        case("custom_jvp_grad", jax.grad(lambda x: _softplus(x).sum()), [(4,)]),
+    ],
 )
 def custom_jvp_call(ctx, *args, call_jaxpr, **_):
     """A ``jax.custom_jvp`` function: its primal computation."""
@@ -82,8 +84,10 @@ def custom_jvp_call(ctx, *args, call_jaxpr, **_):
 
 @rules.lowering(
     "custom_vjp_call",
-    cases=[case("custom_vjp", _doubled, [(5,)]),
-           case("custom_vjp_grad", jax.grad(lambda x: (_doubled(x) * x).sum()), [(5,)])],
+    cases=[
+        case("custom_vjp", _doubled, [(5,)]),
+        case("custom_vjp_grad", jax.grad(lambda x: (_doubled(x) * x).sum()), [(5,)]),
+    ],
 )
 def custom_vjp_call(ctx, *args, call_jaxpr, **_):
     """A ``jax.custom_vjp`` function: its primal computation."""

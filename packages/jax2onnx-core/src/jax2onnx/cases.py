@@ -38,7 +38,8 @@ class Case:
         variants: dtype variants to run (``"f32"``, ``"f64"``); ``None`` runs
             ``f64`` too when the case has floating inputs.
         dim_sizes: concrete sizes per symbolic dim: the first is used for the
-            static variant, all of them for the dynamic variant.
+            static variant, the others for runs of the dynamic variant (the
+            first too when it is the only one).
         opset: target opset, if not the default.
         factory: ``fn`` is a factory to call once per check.
         input_range: ``(low, high)`` of random inputs, for functions with a
@@ -66,7 +67,9 @@ class Case:
         if not self.name or "/" in self.name or "[" in self.name:
             raise ValueError(f"case name {self.name!r} must be non-empty, without '/' or '['")
         if not callable(self.fn):
-            raise TypeError(f"case {self.name!r}: fn must be callable, got {type(self.fn).__name__}")
+            raise TypeError(
+                f"case {self.name!r}: fn must be callable, got {type(self.fn).__name__}"
+            )
         for field in ("skip", "xfail"):
             reason = getattr(self, field)
             if reason is not None and not str(reason).strip():

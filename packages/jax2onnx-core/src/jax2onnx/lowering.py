@@ -236,9 +236,7 @@ class GraphScope:
         const_vals = getattr(closed, "consts", ())
         env: dict[Any, ir.Value] = {}
         if len(inputs) != len(jaxpr.invars):
-            raise LoweringError(
-                f"jaxpr takes {len(jaxpr.invars)} inputs, {len(inputs)} given"
-            )
+            raise LoweringError(f"jaxpr takes {len(jaxpr.invars)} inputs, {len(inputs)} given")
         if consts is None:
             consts = [self.const(c) for c in const_vals]
         for var, value in zip(jaxpr.constvars, consts):
@@ -259,7 +257,9 @@ class GraphScope:
         conversion = self.conversion
         lowering = conversion.registry.lookup(name, conversion.opset)
         if lowering is None:
-            raise LoweringError(_no_lowering_at_opset(conversion.registry, name, conversion.opset, eqn))
+            raise LoweringError(
+                _no_lowering_at_opset(conversion.registry, name, conversion.opset, eqn)
+            )
         inputs = [self._read(env, v) for v in eqn.invars]
         ctx = LoweringContext(self, eqn)
         try:

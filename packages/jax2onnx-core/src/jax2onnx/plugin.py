@@ -16,10 +16,15 @@
         return rules
 """
 
+from typing import TYPE_CHECKING
+
 from jax2onnx.cases import Case, case
 from jax2onnx.errors import LoweringError, NonDifferentiableError
 from jax2onnx.hookspecs import hookimpl
 from jax2onnx.rules import Interception, Lowering, Prepared, Rules
+
+if TYPE_CHECKING:
+    from jax2onnx.lowering import LoweringContext, SubgraphBuilder
 
 
 def __getattr__(name: str):
@@ -29,6 +34,7 @@ def __getattr__(name: str):
 
         return getattr(lowering, name)
     raise AttributeError(f"module 'jax2onnx.plugin' has no attribute {name!r}")
+
 
 __all__ = [
     "Case",

@@ -25,27 +25,39 @@ class Registry:
     def __init__(self, rules: Sequence[Rules], plugin_set: Any = None) -> None:
         self.rules = tuple(rules)
         self.plugin_set = plugin_set
-        chosen: dict[tuple[str, int], Lowering] = {}
+        # One plugin owns each primitive (with all its min_opset variants); a
+        # second plugin lowering it, at any min_opset, conflicts unless exactly
+        # one of the two says override=True, which then replaces the other's.
+        owned: dict[str, list[Lowering]] = {}
         for r in self.rules:
             for lowering in r.lowerings:
-                key = (lowering.primitive, lowering.min_opset)
-                existing = chosen.get(key)
-                if existing is None:
-                    chosen[key] = lowering
-                elif lowering.override and not existing.override:
-                    chosen[key] = lowering
-                elif existing.override and not lowering.override:
+                current = owned.get(lowering.primitive)
+                if current is None:
+                    owned[lowering.primitive] = [lowering]
+                    continue
+                existing = current[0]
+                same_plugin = existing.plugin == lowering.plugin
+                clash = next((c for c in current if c.min_opset == lowering.min_opset), None)
+                if same_plugin and clash is None:
+                    current.append(lowering)
+                    continue
+                existing_override = any(c.override for c in current)
+                if lowering.override and not existing_override and not same_plugin:
+                    owned[lowering.primitive] = [lowering]
+                elif existing_override and not lowering.override and not same_plugin:
                     continue
                 else:
+                    other = clash or existing
                     raise PluginConflictError(
-                        f"plugins {existing.plugin!r} ({existing.where}) and "
+                        f"plugins {other.plugin!r} ({other.where}) and "
                         f"{lowering.plugin!r} ({lowering.where}) both lower primitive "
                         f"{lowering.primitive!r}. Register one of them with override=True, "
                         f"or disable a plugin with JAX2ONNX_DISABLE_PLUGINS."
                     )
-        self._by_name: dict[str, list[Lowering]] = {}
-        for (name, _), lowering in sorted(chosen.items(), key=lambda kv: (kv[0][0], -kv[0][1])):
-            self._by_name.setdefault(name, []).append(lowering)
+        self._by_name: dict[str, list[Lowering]] = {
+            name: sorted(lowerings, key=lambda lw: -lw.min_opset)
+            for name, lowerings in sorted(owned.items())
+        }
         self.interceptions: tuple[Interception, ...] = tuple(
             i for r in self.rules for i in r.interceptions
         )

@@ -120,7 +120,10 @@ class Rules:
 
     def _add_lowering(self, lowering: Lowering) -> None:
         for existing in self.lowerings:
-            if existing.primitive == lowering.primitive and existing.min_opset == lowering.min_opset:
+            if (
+                existing.primitive == lowering.primitive
+                and existing.min_opset == lowering.min_opset
+            ):
                 raise ValueError(
                     f"plugin {self.name!r} lowers {lowering.primitive!r} twice at min_opset "
                     f"{lowering.min_opset}: {existing.where} and {lowering.where}"
@@ -133,7 +136,9 @@ class Rules:
         """Lower each primitive to the single ONNX op named for it."""
         for primitive, op_type in ops.items():
             self._add_lowering(
-                Lowering(primitive_name(primitive), _one_op(op_type), self.name, min_opset, override)
+                Lowering(
+                    primitive_name(primitive), _one_op(op_type), self.name, min_opset, override
+                )
             )
 
     def add_cases(self, component: Any, cases: Iterable[Case]) -> None:

@@ -24,7 +24,9 @@ def to_proto(model: ir.Model) -> Any:
     return ir.serde.serialize_model(model)
 
 
-def save(model: ir.Model, path: str | os.PathLike[str], *, external_data: bool | None = None) -> str:
+def save(
+    model: ir.Model, path: str | os.PathLike[str], *, external_data: bool | None = None
+) -> str:
     """Write ``model`` to ``path`` atomically; returns the path."""
     path = os.fspath(path)
     directory = os.path.dirname(os.path.abspath(path))

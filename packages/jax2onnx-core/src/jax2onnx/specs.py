@@ -36,8 +36,12 @@ def _canonical(dtype: Any, double: bool) -> np.dtype:
     dtype = np.dtype(dtype)
     if double:
         return dtype
-    narrow = {np.dtype(np.float64): np.float32, np.dtype(np.int64): np.int32,
-              np.dtype(np.uint64): np.uint32, np.dtype(np.complex128): np.complex64}
+    narrow = {
+        np.dtype(np.float64): np.float32,
+        np.dtype(np.int64): np.int32,
+        np.dtype(np.uint64): np.uint32,
+        np.dtype(np.complex128): np.complex64,
+    }
     return np.dtype(narrow.get(dtype, dtype))
 
 
@@ -115,16 +119,15 @@ def normalize_inputs(
     if input_params is not None:
         if not isinstance(input_params, Mapping):
             raise TypeError(
-                f"input_params must be a mapping of names to values, got {type(input_params).__name__}"
+                "input_params must be a mapping of names to values, got "
+                f"{type(input_params).__name__}"
             )
         for key, value in input_params.items():
             if not isinstance(key, str) or not key.isidentifier():
                 raise TypeError(f"input_params key {key!r} must be a Python identifier string")
             array = np.asarray(value)
             if array.dtype == object:
-                raise TypeError(
-                    f"input_params[{key!r}] = {value!r} is not a number, bool or array"
-                )
+                raise TypeError(f"input_params[{key!r}] = {value!r} is not a number, bool or array")
             if isinstance(value, bool):
                 dtype = np.dtype(np.bool_)
             elif isinstance(value, int):
@@ -139,9 +142,7 @@ def normalize_inputs(
     if input_names is not None:
         input_names = list(input_names)
         if len(input_names) > len(specs):
-            raise ValueError(
-                f"input_names has {len(input_names)} names for {len(specs)} inputs"
-            )
+            raise ValueError(f"input_names has {len(input_names)} names for {len(specs)} inputs")
         for i, name in enumerate(input_names):
             if not isinstance(name, str) or not name:
                 raise TypeError(f"input_names[{i}] must be a non-empty string, got {name!r}")
@@ -149,5 +150,8 @@ def normalize_inputs(
     all_names = names + [k for k, _ in params]
     duplicates = sorted({n for n in all_names if all_names.count(n) > 1})
     if duplicates:
-        raise ValueError(f"graph input names must be unique; repeated: {duplicates}")
+        raise ValueError(
+            f"input_names (with the input_params keys) must give unique graph input names; "
+            f"repeated: {duplicates}"
+        )
     return InputSpecs(tuple(specs), tuple(params), tuple(names))

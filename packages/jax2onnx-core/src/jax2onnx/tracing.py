@@ -56,7 +56,9 @@ def interceptions_active(interceptions: Sequence[Interception]) -> Iterator[None
             if resolved is None:
                 continue
             owner, attr = resolved
-            original = owner.__dict__.get(attr, _MISSING) if hasattr(owner, "__dict__") else _MISSING
+            original = (
+                owner.__dict__.get(attr, _MISSING) if hasattr(owner, "__dict__") else _MISSING
+            )
             current = getattr(owner, attr, _MISSING)
             if current is _MISSING:
                 continue

@@ -30,14 +30,20 @@ rules.elementwise(
     }
 )
 
-rules.add_cases(lax.add_p, [
-    case("add", lax.add, [("B", 4), ("B", 4)]),
-    case("add_int", lax.add, [(3,), (3,)], dtypes=[np.int32, np.int32]),
-    case("add_scalar_literal", lambda x: x + 1.5, [("B", 3)]),
-])
-rules.add_cases("add_any", [
-    case("grad_fanout", jax.grad(lambda x: (jnp.tanh(x) * x).sum()), [(4,)]),
-])
+rules.add_cases(
+    lax.add_p,
+    [
+        case("add", lax.add, [("B", 4), ("B", 4)]),
+        case("add_int", lax.add, [(3,), (3,)], dtypes=[np.int32, np.int32]),
+        case("add_scalar_literal", lambda x: x + 1.5, [("B", 3)]),
+    ],
+)
+rules.add_cases(
+    "add_any",
+    [
+        case("grad_fanout", jax.grad(lambda x: (jnp.tanh(x) * x).sum()), [(4,)]),
+    ],
+)
 rules.add_cases(lax.sub_p, [case("sub", lax.sub, [("B", 4), ("B", 4)])])
 rules.add_cases(lax.mul_p, [case("mul", lax.mul, [(2, 3), (2, 3)], expect=["Mul:2x3"])])
 rules.add_cases(lax.neg_p, [case("neg", lax.neg, [("B", 3)], expect=["Neg:Bx3"])])
@@ -45,12 +51,25 @@ rules.add_cases(lax.exp_p, [case("exp", lax.exp, [("B", 3)], expect=["Exp"])])
 rules.add_cases(lax.log_p, [case("log", lax.log, [("B", 3)], input_range=(0.1, 5.0))])
 rules.add_cases(lax.tanh_p, [case("tanh", lax.tanh, [(3,)], expect=["Tanh:3"])])
 rules.add_cases(lax.logistic_p, [case("logistic", lax.logistic, [("B", 5)], expect=["Sigmoid"])])
-for _prim, _fn in ((lax.eq_p, lax.eq), (lax.lt_p, lax.lt), (lax.le_p, lax.le),
-                   (lax.gt_p, lax.gt), (lax.ge_p, lax.ge), (lax.ne_p, lax.ne)):
-    rules.add_cases(_prim, [
-        case(_prim.name, _fn, [("B", 4), ("B", 4)]),
-        case(f"{_prim.name}_int", _fn, [np.array([1, 2, 3], np.int32), np.array([3, 2, 1], np.int32)]),
-    ])
+for _prim, _fn in (
+    (lax.eq_p, lax.eq),
+    (lax.lt_p, lax.lt),
+    (lax.le_p, lax.le),
+    (lax.gt_p, lax.gt),
+    (lax.ge_p, lax.ge),
+    (lax.ne_p, lax.ne),
+):
+    rules.add_cases(
+        _prim,
+        [
+            case(_prim.name, _fn, [("B", 4), ("B", 4)]),
+            case(
+                f"{_prim.name}_int",
+                _fn,
+                [np.array([1, 2, 3], np.int32), np.array([3, 2, 1], np.int32)],
+            ),
+        ],
+    )
 
 
 @rules.lowering(lax.ne_p)
@@ -63,8 +82,11 @@ def ne(ctx, x, y):
     lax.div_p,
     cases=[
         case("div", lax.div, [("B", 3), ("B", 3)], input_range=(0.5, 3.0)),
-        case("div_int_truncates", lax.div,
-             [np.array([7, -7, 7, -7], np.int32), np.array([2, 2, -2, -2], np.int32)]),
+        case(
+            "div_int_truncates",
+            lax.div,
+            [np.array([7, -7, 7, -7], np.int32), np.array([2, 2, -2, -2], np.int32)],
+        ),
     ],
 )
 def div(ctx, x, y):
@@ -74,9 +96,14 @@ def div(ctx, x, y):
 
 @rules.lowering(
     lax.max_p,
-    cases=[case("max", lax.max, [("B", 3), ("B", 3)]),
-           case("max_nan", lax.max, [np.array([np.nan, 1.0, 2.0], np.float32),
-                                     np.array([0.0, np.nan, 1.0], np.float32)])],
+    cases=[
+        case("max", lax.max, [("B", 3), ("B", 3)]),
+        case(
+            "max_nan",
+            lax.max,
+            [np.array([np.nan, 1.0, 2.0], np.float32), np.array([0.0, np.nan, 1.0], np.float32)],
+        ),
+    ],
 )
 def max_(ctx, x, y):
     """max -> Max; ONNX Max propagates NaN like lax.max."""
@@ -85,9 +112,14 @@ def max_(ctx, x, y):
 
 @rules.lowering(
     lax.min_p,
-    cases=[case("min", lax.min, [("B", 3), ("B", 3)]),
-           case("min_nan", lax.min, [np.array([np.nan, 1.0, 2.0], np.float32),
-                                     np.array([0.0, np.nan, 1.0], np.float32)])],
+    cases=[
+        case("min", lax.min, [("B", 3), ("B", 3)]),
+        case(
+            "min_nan",
+            lax.min,
+            [np.array([np.nan, 1.0, 2.0], np.float32), np.array([0.0, np.nan, 1.0], np.float32)],
+        ),
+    ],
 )
 def min_(ctx, x, y):
     """min -> Min; ONNX Min propagates NaN like lax.min."""
@@ -124,10 +156,16 @@ def integer_pow(ctx, x, *, y):
 @rules.lowering(
     lax.select_n_p,
     cases=[
-        case("select_bool", lambda p, a, b: lax.select_n(p, a, b),
-             [np.array([True, False, True]), (3,), (3,)]),
-        case("select_int3", lambda p, a, b, c: lax.select_n(p, a, b, c),
-             [np.array([0, 1, 2, 1], np.int32), (4,), (4,), (4,)]),
+        case(
+            "select_bool",
+            lambda p, a, b: lax.select_n(p, a, b),
+            [np.array([True, False, True]), (3,), (3,)],
+        ),
+        case(
+            "select_int3",
+            lambda p, a, b, c: lax.select_n(p, a, b, c),
+            [np.array([0, 1, 2, 1], np.int32), (4,), (4,), (4,)],
+        ),
         case("relu_like", lambda x: lax.select_n(x > 0, -x, x), [("B", 3)]),
     ],
 )
@@ -139,22 +177,36 @@ def select_n(ctx, which, *cases):
         return ctx.op.Where(which, cases[1], cases[0])
     result = cases[-1]
     for i in range(len(cases) - 2, -1, -1):
-        result = ctx.op.Where(ctx.op.Equal(which, np.asarray(i, ctx.avals_in[0].dtype)),
-                              cases[i], result)
+        result = ctx.op.Where(
+            ctx.op.Equal(which, np.asarray(i, ctx.avals_in[0].dtype)), cases[i], result
+        )
     return result
 
 
 @rules.lowering(
     lax.convert_element_type_p,
     cases=[
-        case("f32_to_i32", lambda x: lax.convert_element_type(x, np.int32), [("B", 4)],
-             input_range=(-5.0, 5.0)),
-        case("i32_to_f32", lambda x: lax.convert_element_type(x, np.float32),
-             [np.array([1, -2, 3], np.int32)]),
-        case("f32_to_bool", lambda x: lax.convert_element_type(x, np.bool_),
-             [np.array([0.0, 1.5, -0.0, np.nan], np.float32)]),
-        case("bool_to_f32", lambda x: lax.convert_element_type(x, np.float32),
-             [np.array([True, False])]),
+        case(
+            "f32_to_i32",
+            lambda x: lax.convert_element_type(x, np.int32),
+            [("B", 4)],
+            input_range=(-5.0, 5.0),
+        ),
+        case(
+            "i32_to_f32",
+            lambda x: lax.convert_element_type(x, np.float32),
+            [np.array([1, -2, 3], np.int32)],
+        ),
+        case(
+            "f32_to_bool",
+            lambda x: lax.convert_element_type(x, np.bool_),
+            [np.array([0.0, 1.5, -0.0, np.nan], np.float32)],
+        ),
+        case(
+            "bool_to_f32",
+            lambda x: lax.convert_element_type(x, np.float32),
+            [np.array([True, False])],
+        ),
     ],
 )
 def convert_element_type(ctx, x, *, new_dtype, **_):

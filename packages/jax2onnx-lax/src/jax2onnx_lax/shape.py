@@ -21,12 +21,15 @@ def _axes(ctx, axes):
 @rules.lowering(
     lax.broadcast_in_dim_p,
     cases=[
-        case("row_to_matrix", lambda x: lax.broadcast_in_dim(x, (2, 3), (1,)), [(3,)],
-             expect=["Unsqueeze -> Expand:2x3"]),
+        case(
+            "row_to_matrix",
+            lambda x: lax.broadcast_in_dim(x, (2, 3), (1,)),
+            [(3,)],
+            expect=["Unsqueeze -> Expand:2x3"],
+        ),
         case("scalar", lambda x: lax.broadcast_in_dim(x, (2, 2), ()), [()]),
         case("symbolic_batch", lambda x: jnp.broadcast_to(x, (x.shape[0], 4, 3)), [("B", 1, 3)]),
-        case("expand_dims", lambda x: lax.expand_dims(x, (0, 2)), [("B", 3)],
-             counts={"Expand": 0}),
+        case("expand_dims", lambda x: lax.expand_dims(x, (0, 2)), [("B", 3)], counts={"Expand": 0}),
     ],
 )
 def broadcast_in_dim(ctx, x, *dyn_shape, shape, broadcast_dimensions, **_):
@@ -73,8 +76,13 @@ def _same(a, b) -> bool:
 @rules.lowering(
     lax.reshape_p,
     cases=[
-        case("flatten", lambda x: x.reshape(x.shape[0], -1), [("B", 3, 4)],
-             expect=["Reshape:Bx12"], counts={"Shape": 0}),
+        case(
+            "flatten",
+            lambda x: x.reshape(x.shape[0], -1),
+            [("B", 3, 4)],
+            expect=["Reshape:Bx12"],
+            counts={"Shape": 0},
+        ),
         case("static", lambda x: lax.reshape(x, (6, 2)), [(3, 4)], counts={"Shape": 0}),
         case("merge_symbolic", lambda x: x.reshape(-1, 4), [("B", "T", 4)]),
     ],
@@ -93,8 +101,14 @@ def reshape(ctx, x, *dyn_shape, new_sizes, dimensions, **_):
 
 @rules.lowering(
     lax.transpose_p,
-    cases=[case("transpose", lambda x: lax.transpose(x, (2, 0, 1)), [("B", 3, 4)],
-                expect=["Transpose:4xBx3"])],
+    cases=[
+        case(
+            "transpose",
+            lambda x: lax.transpose(x, (2, 0, 1)),
+            [("B", 3, 4)],
+            expect=["Transpose:4xBx3"],
+        )
+    ],
 )
 def transpose(ctx, x, *, permutation):
     return ctx.op.Transpose(x, perm=list(permutation))
@@ -111,10 +125,17 @@ def squeeze(ctx, x, *, dimensions):
 @rules.lowering(
     lax.concatenate_p,
     cases=[
-        case("concat", lambda a, b: lax.concatenate([a, b], 1), [("B", 2), ("B", 3)],
-             expect=["Concat:Bx5"]),
-        case("concat3_int", lambda a, b, c: jnp.concatenate([a, b, c]),
-             [np.array([1], np.int32), np.array([2, 3], np.int32), np.array([4], np.int32)]),
+        case(
+            "concat",
+            lambda a, b: lax.concatenate([a, b], 1),
+            [("B", 2), ("B", 3)],
+            expect=["Concat:Bx5"],
+        ),
+        case(
+            "concat3_int",
+            lambda a, b, c: jnp.concatenate([a, b, c]),
+            [np.array([1], np.int32), np.array([2, 3], np.int32), np.array([4], np.int32)],
+        ),
     ],
 )
 def concatenate(ctx, *xs, dimension):
@@ -143,16 +164,20 @@ def slice_(ctx, x, *, start_indices, limit_indices, strides):
         steps.append(step)
     if not axes:
         return ctx.op.Identity(x)
-    return ctx.op.Slice(x, ctx.shape(starts), ctx.shape(ends), _axes(ctx, axes),
-                        ctx.const(np.asarray(steps, _I64)))
+    return ctx.op.Slice(
+        x, ctx.shape(starts), ctx.shape(ends), _axes(ctx, axes), ctx.const(np.asarray(steps, _I64))
+    )
 
 
 @rules.lowering(
     lax.iota_p,
     cases=[
         case("arange", lambda x: x + jnp.arange(5, dtype=jnp.float32), [(5,)]),
-        case("iota_2d", lambda x: x + lax.broadcasted_iota(np.int32, (3, 4), 1), [
-             np.zeros((3, 4), np.int32)]),
+        case(
+            "iota_2d",
+            lambda x: x + lax.broadcasted_iota(np.int32, (3, 4), 1),
+            [np.zeros((3, 4), np.int32)],
+        ),
         case("symbolic", lambda x: x * jnp.arange(x.shape[0], dtype=x.dtype)[:, None], [("B", 3)]),
     ],
 )

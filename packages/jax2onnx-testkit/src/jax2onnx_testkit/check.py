@@ -71,10 +71,13 @@ def variants_of(
 def _eval_dim(dim: Any, sizes: dict[str, int]) -> int:
     if isinstance(dim, int):
         return dim
-    expr = re.sub(r"[A-Za-z_]\w*", lambda m: str(sizes[m.group(0)]), dim)
-    if not re.fullmatch(r"[\d\s+\-*/()]+", expr):
+    if not re.fullmatch(r"[\w\s+\-*/()]+", dim):
         raise ValueError(f"cannot evaluate dimension {dim!r}")
-    return int(eval(expr.replace("//", "//"), {"__builtins__": {}}))  # digits and operators only
+    unknown = sorted(set(re.findall(r"[A-Za-z_]\w*", dim)) - set(sizes))
+    if unknown:
+        raise ValueError(f"cannot evaluate dimension {dim!r}: no size for {unknown}")
+    expr = re.sub(r"[A-Za-z_]\w*", lambda m: str(sizes[m.group(0)]), dim)
+    return int(eval(expr, {"__builtins__": {}}))  # digits and operators only
 
 
 def _float(precision: str) -> np.dtype:
@@ -106,7 +109,8 @@ def _concrete(c: Case, precision: str, sizes: dict[str, int], seed: int) -> list
         if dtype == np.bool_:
             arrays.append(rng.random(shape) < 0.5)
         elif np.issubdtype(dtype, np.integer):
-            lo, hi = c.input_range or ((0, 10) if np.issubdtype(dtype, np.unsignedinteger) else (-5, 6))
+            unsigned = np.issubdtype(dtype, np.unsignedinteger)
+            lo, hi = c.input_range or ((0, 10) if unsigned else (-5, 6))
             arrays.append(rng.integers(int(lo), int(hi), size=shape).astype(dtype))
         elif c.input_range is not None:
             lo, hi = c.input_range
@@ -149,7 +153,7 @@ def compare(c: Case, expected: Sequence[Any], got: Sequence[np.ndarray], where: 
     """Outputs must agree in count, dtype, shape and value (dtype-aware tolerances)."""
     if len(expected) != len(got):
         raise AssertionError(f"{where}: JAX gives {len(expected)} outputs, ONNX Runtime {len(got)}")
-    for i, (want, have) in enumerate(zip(expected, got)):
+    for i, (want, have) in enumerate(zip(expected, got, strict=True)):
         want = np.asarray(want)
         if want.dtype != have.dtype:
             raise AssertionError(f"{where}: output {i} dtype {have.dtype}, JAX {want.dtype}")
@@ -157,18 +161,34 @@ def compare(c: Case, expected: Sequence[Any], got: Sequence[np.ndarray], where: 
             raise AssertionError(f"{where}: output {i} shape {have.shape}, JAX {want.shape}")
         rtol, atol = _tolerance(c, want.dtype)
         if want.dtype.kind in "fc" or want.dtype.name == "bfloat16":
-            w, h = want.astype(np.float64), have.astype(np.float64)
+            wide = np.complex128 if want.dtype.kind == "c" else np.float64
+            w, h = want.astype(wide), have.astype(wide)
             ok = np.allclose(h, w, rtol=rtol, atol=atol, equal_nan=True)
-        else:
+        else:  # integers and booleans: exact, whatever the case's tolerances say
+            rtol = atol = 0
             w, h = want, have
             ok = np.array_equal(w, h)
         if not ok:
-            diff = np.abs(np.where(np.isnan(w) & np.isnan(h), 0, w - h)) if w.dtype.kind == "f" else None
-            worst = f"max abs diff {np.nanmax(diff):.3g}" if diff is not None else "values differ"
             raise AssertionError(
-                f"{where}: output {i} differs from JAX ({worst}; rtol={rtol}, atol={atol})\n"
+                f"{where}: output {i} differs from JAX ({_worst(w, h)}; rtol={rtol}, atol={atol})\n"
                 f"JAX:  {np.array2string(w.ravel()[:12])}\nONNX: {np.array2string(h.ravel()[:12])}"
             )
+
+
+def _worst(w: np.ndarray, h: np.ndarray) -> str:
+    """How two arrays of the same shape differ: mismatched NaNs, max abs diff, count."""
+    if w.dtype.kind not in "fc":
+        return f"{np.count_nonzero(w != h)} of {w.size} elements differ"
+    nan_w, nan_h = np.isnan(w), np.isnan(h)
+    parts = []
+    if np.any(nan_w != nan_h):
+        parts.append(f"NaN in {np.count_nonzero(nan_w != nan_h)} element(s) of one side only")
+    both = ~(nan_w | nan_h)
+    if np.any(both):
+        with np.errstate(invalid="ignore"):  # inf - inf, made 0 below
+            diff = np.where(w[both] == h[both], 0, np.abs(w[both] - h[both]))
+        parts.append(f"max abs diff {np.max(diff):.3g}")
+    return "; ".join(parts) or "values differ"
 
 
 def _run_jax(fn, args, params, precision):
@@ -185,11 +205,7 @@ def check_case(variant: CaseVariant) -> onnx.ModelProto:
     fn = c.fn() if c.factory else c.fn
     symbols = c.symbols
     static_sizes = {s: c.sizes(s)[0] for s in symbols}
-    run_sizes = (
-        [{s: c.sizes(s)[k] for s in symbols} for k in range(1, len(c.sizes(symbols[0])))]
-        if variant.dynamic
-        else [static_sizes]
-    )
+    run_sizes = _dynamic_sizes(c) if variant.dynamic else [static_sizes]
     specs = _specs(c, variant.precision, None if variant.dynamic else static_sizes)
     params = dict(c.input_params or {})
     kwargs = {"opset": c.opset} if c.opset is not None else {}
@@ -208,7 +224,7 @@ def check_case(variant: CaseVariant) -> onnx.ModelProto:
     seed = zlib.crc32(variant.id.encode())
     for sizes in run_sizes:
         args = _concrete(c, variant.precision, sizes, seed)
-        feed = dict(zip(names, args))
+        feed = dict(zip(names[: len(args)], args, strict=True))
         for key, value in params.items():
             meta = next(i for i in session.get_inputs() if i.name == key)
             feed[key] = np.asarray(value, dtype=_ort_numpy(meta.type))
@@ -227,9 +243,21 @@ def check_case(variant: CaseVariant) -> onnx.ModelProto:
     return model
 
 
+def _dynamic_sizes(c: Case) -> list[dict[str, int]]:
+    """The sizes a dynamic variant runs at: all but the static one (or that one alone)."""
+    counts = {s: len(c.sizes(s)) for s in c.symbols}
+    if len(set(counts.values())) > 1:
+        raise ValueError(
+            f"case {c.name!r}: dim_sizes must give every symbol the same number of sizes, "
+            f"got {counts}"
+        )
+    n = next(iter(counts.values()))
+    return [{s: c.sizes(s)[k] for s in c.symbols} for k in (range(1, n) if n > 1 else [0])]
+
+
 def _symbolic_input_shapes(c: Case, names: Sequence[str]) -> dict[str, str]:
     shapes = {}
-    for name, spec in zip(names, c.inputs):
+    for name, spec in zip(names[: len(c.inputs)], c.inputs, strict=True):
         if isinstance(spec, tuple) and any(isinstance(d, str) for d in spec):
             shapes[name] = "x".join(str(d).replace(" ", "") for d in spec)
     return shapes

@@ -32,8 +32,10 @@ def _shapes(model: onnx.ModelProto) -> dict[str, str]:
     for info in [*graph.value_info, *graph.output, *graph.input]:
         if not info.type.HasField("tensor_type") or not info.type.tensor_type.HasField("shape"):
             continue
-        dims = [d.dim_param if d.dim_param else str(d.dim_value)
-                for d in info.type.tensor_type.shape.dim]
+        dims = [
+            d.dim_param or (str(d.dim_value) if d.HasField("dim_value") else "?")
+            for d in info.type.tensor_type.shape.dim
+        ]
         shapes[info.name] = "x".join(dims)
     return shapes
 

@@ -45,6 +45,14 @@ def collect_variants(plugin_names, extra_rules=()):
     for plugin, rules in sources:
         for component, case in rules.cases:
             variants.extend(variants_of(plugin, component, case, extra_rules))
+    seen: set[str] = set()
+    for variant in variants:
+        if variant.id in seen:
+            raise pytest.UsageError(
+                f"two jax2onnx cases have the id {variant.id!r}: case names must be unique "
+                "within their component"
+            )
+        seen.add(variant.id)
     return variants
 
 

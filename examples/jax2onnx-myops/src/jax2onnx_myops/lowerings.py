@@ -1,0 +1,110 @@
+"""ONNX lowerings of the myops primitives, the interception, and their cases."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax2onnx.plugin import case
+
+from jax2onnx_myops import ops
+from jax2onnx_myops._rules import rules
+from jax2onnx_myops.ops import softclip_p, swish_gate_p
+
+if TYPE_CHECKING:  # onnx_ir loads with the converter, not with the plugin
+    import onnx_ir as ir
+    from jax2onnx.plugin import LoweringContext
+
+
+def _swish_grad(x: jax.Array, gate: jax.Array) -> tuple[jax.Array, jax.Array]:
+    return jax.grad(lambda a, b: ops.swish_gate(a, b, beta=1.5).sum(), argnums=(0, 1))(x, gate)
+
+
+@rules.lowering(
+    swish_gate_p,
+    cases=[
+        case(
+            "swish_gate",
+            ops.swish_gate,
+            [("B", 4), ("B", 4)],
+            expect=["Sigmoid -> Mul:Bx4"],
+            counts={"Sigmoid": 1, "Mul": 1},
+        ),
+        case(
+            "swish_gate_beta",
+            lambda x, g: ops.swish_gate(x, g, beta=2.0),
+            [(2, 3), (2, 3)],
+            expect=["Mul -> Sigmoid -> Mul:2x3"],
+        ),
+        case(
+            "swish_gate_vmap",
+            jax.vmap(lambda x, g: ops.swish_gate(x, g, 0.5), in_axes=(0, 1)),
+            [("B", 3), (3, "B")],
+            expect=["Transpose -> Mul -> Sigmoid -> Mul:Bx3"],
+        ),
+        case(
+            "swish_gate_vmap_unbatched_gate",
+            jax.vmap(lambda x, g: ops.swish_gate(x, g), in_axes=(0, None)),
+            [("B", 2, 3), (2, 3)],
+            expect=["Sigmoid -> Mul:Bx2x3"],
+        ),
+        case("swish_gate_grad", _swish_grad, [("B", 4), ("B", 4)], expect=["Sigmoid"]),
+    ],
+)
+def swish_gate(ctx: LoweringContext, x: ir.Value, gate: ir.Value, *, beta: float) -> ir.Value:
+    """``x * sigmoid(beta * gate)`` -> ``Mul(gate, beta) -> Sigmoid -> Mul(x, .)``.
+
+    The first ``Mul`` is left out when ``beta == 1``.
+    """
+    z = gate if beta == 1.0 else ctx.op.Mul(gate, beta)
+    return ctx.op.Mul(x, ctx.op.Sigmoid(z))
+
+
+@rules.lowering(
+    softclip_p,
+    cases=[
+        case(
+            "softclip",
+            lambda x: ops.fused_softclip(x, limit=2.0),
+            [("B", 5)],
+            expect=["Abs -> Div -> Add -> Div:Bx5"],
+            counts={"Abs": 1, "Div": 2},
+        ),
+        case(
+            "softclip_in_model",
+            lambda x, w: jnp.tanh(ops.fused_softclip(x @ w, limit=0.5)),
+            [("B", 3), (3, 4)],
+            expect=["MatMul -> Abs -> Div -> Add -> Div -> Tanh:Bx4"],
+        ),
+        case(
+            "softclip_vmap",
+            jax.vmap(lambda x: ops.fused_softclip(x, limit=3.0)),
+            [("B", 2, 3)],
+            expect=["Abs -> Div -> Add -> Div:Bx2x3"],
+        ),
+        case(
+            "softclip_grad",
+            jax.grad(lambda x: ops.fused_softclip(x, limit=2.0).sum()),
+            [("B",)],
+            expect=["Max -> Div -> Add"],
+        ),
+        case(
+            "softclip_f64_input",
+            lambda x: ops.fused_softclip(x, limit=1.0),
+            [np.array([-4.0, -0.5, 0.0, 0.25, 8.0])],
+            variants=["f64"],
+        ),
+    ],
+)
+def softclip(ctx: LoweringContext, x: ir.Value, *, limit: float) -> ir.Value:
+    """``x / (1 + |x| / limit)`` -> ``Abs -> Div(., limit) -> Add(., 1) -> Div(x, .)``.
+
+    (ONNX ``Softsign`` would be one node, but ONNX Runtime has it for float32 only.)
+    """
+    scaled = ctx.op.Div(ctx.op.Abs(x), float(limit))
+    return ctx.op.Div(x, ctx.op.Add(scaled, 1.0))
+
+
+rules.intercept("jax2onnx_myops.ops.fused_softclip", softclip_p)

@@ -1,2 +1,0 @@
-def test_case(jax2onnx_case, check_case):
-    check_case(jax2onnx_case)
