@@ -115,7 +115,6 @@ def convert(
         ir_version=ir_version_for(opset),
         producer_name="jax2onnx",
         producer_version=_version(),
-        functions=list(conversion.functions.values()),
     )
     return passes.optimize(model)
 

@@ -23,17 +23,3 @@ def onnx_dtype(dtype) -> ir.DataType:
         return ir.DataType.from_numpy(dtype)
     except (TypeError, ValueError) as err:
         raise TypeError(f"dtype {dtype} has no ONNX equivalent") from err
-
-
-def numpy_dtype(dtype: ir.DataType) -> np.dtype:
-    """The NumPy dtype of an ONNX data type."""
-    return dtype.numpy()
-
-
-def is_float(dtype) -> bool:
-    """True for floating dtypes, including bfloat16 and float8 types."""
-    return onnx_dtype(dtype).is_floating_point()
-
-
-def is_integer(dtype) -> bool:
-    return onnx_dtype(dtype).is_integer()

@@ -62,7 +62,6 @@ class Conversion:
         self.registry = registry
         self.opset = opset
         self.counter = 0
-        self.functions: dict[tuple[str, str, str], ir.Function] = {}
 
     def fresh(self, prefix: str) -> str:
         self.counter += 1

@@ -65,10 +65,6 @@ class Registry:
     def __contains__(self, name: str) -> bool:
         return name in self._by_name
 
-    @property
-    def primitive_names(self) -> list[str]:
-        return sorted(self._by_name)
-
     def lowerings(self, name: str) -> list[Lowering]:
         """Every lowering of ``name``, newest ``min_opset`` first."""
         return list(self._by_name.get(name, ()))

@@ -78,9 +78,13 @@ def ne(ctx, x, y):
     return ctx.op.Not(ctx.op.Equal(x, y))
 
 
-@rules.lowering(
+# Div truncates integer division toward zero in both JAX and ONNX Runtime;
+# Max and Min propagate NaN like lax.max and lax.min.
+rules.elementwise({lax.div_p: "Div", lax.max_p: "Max", lax.min_p: "Min"})
+_NAN_PAIR = [np.array([np.nan, 1.0, 2.0], np.float32), np.array([0.0, np.nan, 1.0], np.float32)]
+rules.add_cases(
     lax.div_p,
-    cases=[
+    [
         case("div", lax.div, [("B", 3), ("B", 3)], input_range=(0.5, 3.0)),
         case(
             "div_int_truncates",
@@ -89,41 +93,12 @@ def ne(ctx, x, y):
         ),
     ],
 )
-def div(ctx, x, y):
-    """One Div; integer division truncates toward zero in both JAX and ONNX Runtime."""
-    return ctx.op.Div(x, y)
-
-
-@rules.lowering(
-    lax.max_p,
-    cases=[
-        case("max", lax.max, [("B", 3), ("B", 3)]),
-        case(
-            "max_nan",
-            lax.max,
-            [np.array([np.nan, 1.0, 2.0], np.float32), np.array([0.0, np.nan, 1.0], np.float32)],
-        ),
-    ],
+rules.add_cases(
+    lax.max_p, [case("max", lax.max, [("B", 3), ("B", 3)]), case("max_nan", lax.max, _NAN_PAIR)]
 )
-def max_(ctx, x, y):
-    """max -> Max; ONNX Max propagates NaN like lax.max."""
-    return ctx.op.Max(x, y)
-
-
-@rules.lowering(
-    lax.min_p,
-    cases=[
-        case("min", lax.min, [("B", 3), ("B", 3)]),
-        case(
-            "min_nan",
-            lax.min,
-            [np.array([np.nan, 1.0, 2.0], np.float32), np.array([0.0, np.nan, 1.0], np.float32)],
-        ),
-    ],
+rules.add_cases(
+    lax.min_p, [case("min", lax.min, [("B", 3), ("B", 3)]), case("min_nan", lax.min, _NAN_PAIR)]
 )
-def min_(ctx, x, y):
-    """min -> Min; ONNX Min propagates NaN like lax.min."""
-    return ctx.op.Min(x, y)
 
 
 @rules.lowering(
