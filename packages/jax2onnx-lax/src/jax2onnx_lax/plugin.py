@@ -3,7 +3,21 @@
 from __future__ import annotations
 
 from jax2onnx.plugin import Rules, hookimpl
-from jax2onnx_lax import dot, elementwise, reduction, shape  # noqa: F401 - they register rules
+from jax2onnx_lax import (  # noqa: F401 - importing a family module registers its rules
+    binary,
+    control_flow,
+    conv,
+    cumulative,
+    dot,
+    indexing,
+    reduction,
+    scatter,
+    shape,
+    sort,
+    types,
+    unary,
+    windows,
+)
 from jax2onnx_lax._rules import rules
 
 

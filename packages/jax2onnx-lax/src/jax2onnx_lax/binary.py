@@ -1,4 +1,4 @@
-"""Elementwise arithmetic, comparisons, selection and type conversion."""
+"""Binary arithmetic, comparisons and selection."""
 
 from __future__ import annotations
 
@@ -7,7 +7,6 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from jax2onnx.dtypes import onnx_dtype
 from jax2onnx.plugin import case
 from jax2onnx_lax._rules import rules
 
@@ -17,11 +16,6 @@ rules.elementwise(
         "add_any": "Add",
         lax.sub_p: "Sub",
         lax.mul_p: "Mul",
-        lax.neg_p: "Neg",
-        lax.exp_p: "Exp",
-        lax.log_p: "Log",
-        lax.tanh_p: "Tanh",
-        lax.logistic_p: "Sigmoid",
         lax.eq_p: "Equal",
         lax.lt_p: "Less",
         lax.le_p: "LessOrEqual",
@@ -46,11 +40,6 @@ rules.add_cases(
 )
 rules.add_cases(lax.sub_p, [case("sub", lax.sub, [("B", 4), ("B", 4)])])
 rules.add_cases(lax.mul_p, [case("mul", lax.mul, [(2, 3), (2, 3)], expect=["Mul:2x3"])])
-rules.add_cases(lax.neg_p, [case("neg", lax.neg, [("B", 3)], expect=["Neg:Bx3"])])
-rules.add_cases(lax.exp_p, [case("exp", lax.exp, [("B", 3)], expect=["Exp"])])
-rules.add_cases(lax.log_p, [case("log", lax.log, [("B", 3)], input_range=(0.1, 5.0))])
-rules.add_cases(lax.tanh_p, [case("tanh", lax.tanh, [(3,)], expect=["Tanh:3"])])
-rules.add_cases(lax.logistic_p, [case("logistic", lax.logistic, [("B", 5)], expect=["Sigmoid"])])
 for _prim, _fn in (
     (lax.eq_p, lax.eq),
     (lax.lt_p, lax.lt),
@@ -102,33 +91,6 @@ rules.add_cases(
 
 
 @rules.lowering(
-    lax.integer_pow_p,
-    cases=[
-        case("square", lambda x: lax.integer_pow(x, 2), [("B", 3)]),
-        case("cube", lambda x: lax.integer_pow(x, 3), [(4,)]),
-        case("pow7", lambda x: lax.integer_pow(x, 7), [(4,)], input_range=(0.5, 1.5)),
-        case("inverse_square", lambda x: lax.integer_pow(x, -2), [(4,)], input_range=(0.5, 2.0)),
-        case("pow0", lambda x: lax.integer_pow(x, 0), [(4,)], no_unused_inputs=False),
-        case("int_cube", lambda x: lax.integer_pow(x, 3), [np.array([-2, 0, 3], np.int32)]),
-    ],
-)
-def integer_pow(ctx, x, *, y):
-    """x**y by repeated squaring with Mul, as JAX computes it (exact, no Pow)."""
-    if y == 0:
-        return ctx.op.Add(ctx.op.Mul(x, 0), 1)
-    acc, base, n = None, x, abs(y)
-    while n:
-        if n & 1:
-            acc = base if acc is None else ctx.op.Mul(acc, base)
-        n >>= 1
-        if n:
-            base = ctx.op.Mul(base, base)
-    if y < 0:
-        return ctx.op.Reciprocal(acc)
-    return acc if acc is not x else ctx.op.Identity(x)
-
-
-@rules.lowering(
     lax.select_n_p,
     cases=[
         case(
@@ -156,43 +118,3 @@ def select_n(ctx, which, *cases):
             ctx.op.Equal(which, np.asarray(i, ctx.avals_in[0].dtype)), cases[i], result
         )
     return result
-
-
-@rules.lowering(
-    lax.convert_element_type_p,
-    cases=[
-        case(
-            "f32_to_i32",
-            lambda x: lax.convert_element_type(x, np.int32),
-            [("B", 4)],
-            input_range=(-5.0, 5.0),
-        ),
-        case(
-            "i32_to_f32",
-            lambda x: lax.convert_element_type(x, np.float32),
-            [np.array([1, -2, 3], np.int32)],
-        ),
-        case(
-            "f32_to_bool",
-            lambda x: lax.convert_element_type(x, np.bool_),
-            [np.array([0.0, 1.5, -0.0, np.nan], np.float32)],
-        ),
-        case(
-            "bool_to_f32",
-            lambda x: lax.convert_element_type(x, np.float32),
-            [np.array([True, False])],
-        ),
-    ],
-)
-def convert_element_type(ctx, x, *, new_dtype, **_):
-    """convert_element_type -> Cast (float->int truncates toward zero, as in JAX)."""
-    return ctx.op.Cast(x, to=onnx_dtype(new_dtype))
-
-
-@rules.lowering(
-    lax.stop_gradient_p,
-    cases=[case("stop_gradient", lambda x: lax.stop_gradient(x) * 2.0, [("B", 3)])],
-)
-def stop_gradient(ctx, x, **_):
-    """stop_gradient matters only to autodiff: Identity (removed by the passes)."""
-    return ctx.op.Identity(x)

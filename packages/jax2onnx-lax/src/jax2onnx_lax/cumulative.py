@@ -1,0 +1,5 @@
+"""cumsum, cumprod, cummax, cummin, cumlogsumexp."""
+
+from __future__ import annotations
+
+from jax2onnx_lax._rules import rules  # noqa: F401

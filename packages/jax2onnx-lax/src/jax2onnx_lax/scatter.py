@@ -1,0 +1,5 @@
+"""scatter and its reductions."""
+
+from __future__ import annotations
+
+from jax2onnx_lax._rules import rules  # noqa: F401
