@@ -222,6 +222,18 @@ def cmd_plugins(args: argparse.Namespace, out: TextIO) -> int:
     return EXIT_OK
 
 
+def cmd_coverage(args: argparse.Namespace, out: TextIO) -> int:
+    try:
+        from jax2onnx_testkit.coverage import coverage, render
+    except ImportError as err:
+        raise UsageError(
+            "jax2onnx coverage converts every case and needs jax2onnx-testkit: "
+            "pip install jax2onnx-testkit"
+        ) from err
+    out.write(render(coverage(args.plugin or None), markdown=args.markdown))
+    return EXIT_OK
+
+
 def _shape_text(shape: Any) -> str:
     if shape is None:
         return "?"
@@ -317,6 +329,15 @@ def build_parser() -> argparse.ArgumentParser:
 
     plugins = commands.add_parser("plugins", help="list loaded plugins and load failures")
     plugins.set_defaults(run=cmd_plugins)
+
+    cover = commands.add_parser(
+        "coverage",
+        help="each lowered primitive with its ONNX ops, dtypes and case count",
+        description="Converts every case once to see which ONNX ops each rule emits.",
+    )
+    cover.add_argument("--plugin", action="append", help="only this plugin (repeatable)")
+    cover.add_argument("--markdown", action="store_true", help="the docs/coverage.md form")
+    cover.set_defaults(run=cmd_coverage)
 
     convert = commands.add_parser(
         "convert",

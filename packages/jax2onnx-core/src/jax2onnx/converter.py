@@ -54,8 +54,13 @@ def convert(
     input_names: Sequence[str] | None = None,
     output_names: Sequence[str] | None = None,
     record_primitive_calls_file: str | os.PathLike[str] | None = None,
+    emitted_ops: dict[str, set[str]] | None = None,
 ) -> ir.Model:
-    """Convert ``fn`` to an ``onnx_ir.Model`` (steps 1 to 5)."""
+    """Convert ``fn`` to an ``onnx_ir.Model`` (steps 1 to 5).
+
+    ``emitted_ops``, when given, collects the ONNX op types each primitive's
+    rule emitted (the coverage table is built from it).
+    """
     opset = check_opset(opset)
     x64 = jax.enable_x64(True) if enable_double_precision else contextlib.nullcontext()
     with x64:
@@ -89,7 +94,7 @@ def convert(
             _record_calls(closed, record_primitive_calls_file)
         check_supported(closed, registry, plugin_set)
 
-        conversion = Conversion(registry, opset)
+        conversion = Conversion(registry, opset, emitted_ops)
         scope = GraphScope(conversion)
         all_names = [*specs.names, *param_names]
         values = [

@@ -58,10 +58,14 @@ def ir_shape(shape: Sequence[Any]) -> ir.Shape:
 class Conversion:
     """State shared by every graph of one ``to_onnx`` call."""
 
-    def __init__(self, registry: Registry, opset: int) -> None:
+    def __init__(
+        self, registry: Registry, opset: int, emitted: dict[str, set[str]] | None = None
+    ) -> None:
         self.registry = registry
         self.opset = opset
         self.counter = 0
+        self.emitted = emitted  # primitive name -> ONNX op types its rule emitted
+        self.current: str | None = None
 
     def fresh(self, prefix: str) -> str:
         self.counter += 1
@@ -120,6 +124,9 @@ class GraphScope:
             name=self.conversion.fresh(op_type),
         )
         dtype = _result_dtype(op_type, domain, inputs, attributes)
+        conversion = self.conversion
+        if conversion.emitted is not None and conversion.current is not None:
+            conversion.emitted.setdefault(conversion.current, set()).add(op_type)
         for out in node.outputs:
             out.name = self.conversion.fresh(op_type.lower())
         if dtype is not None and num_outputs >= 1:
@@ -261,6 +268,7 @@ class GraphScope:
             )
         inputs = [self._read(env, v) for v in eqn.invars]
         ctx = LoweringContext(self, eqn)
+        outer, conversion.current = conversion.current, name
         try:
             result = lowering.fn(ctx, *inputs, **eqn.params)
         except Jax2OnnxError:
@@ -271,6 +279,8 @@ class GraphScope:
                 f"failed for inputs {_avals(eqn.invars)} at {source_line(eqn)}: "
                 f"{type(err).__name__}: {err}"
             ) from err
+        finally:
+            conversion.current = outer
         outs = _as_list(result, len(eqn.outvars), name, lowering)
         for var, value in zip(eqn.outvars, outs):
             if isinstance(var, jax_core.DropVar):
