@@ -55,7 +55,10 @@ def to_onnx(
         return_mode: ``"proto"`` (``onnx.ModelProto``), ``"ir"``
             (``onnx_ir.Model``) or ``"file"`` (write ``output_path``).
         output_path: where to write the model with ``return_mode="file"``.
-        inputs_as_nchw, outputs_as_nchw: not supported yet (raise).
+        inputs_as_nchw, outputs_as_nchw: graph inputs/outputs (by position or
+            name) whose external layout is channels-first (N, C, spatial...)
+            while ``fn`` works channels-last (N, spatial..., C); the
+            transposes are merged with neighbouring ones where possible.
         input_names, output_names: names of the graph inputs and outputs, by
             position; the rest default to ``in_<i>`` and ``out_<i>``.
         extra_rules: ``Rules`` to add for this call only.
@@ -72,12 +75,6 @@ def to_onnx(
         raise ValueError(f"return_mode must be one of {list(_RETURN_MODES)}, got {return_mode!r}")
     if mode == "file" and output_path is None:
         raise ValueError("return_mode='file' needs output_path, the file to write")
-    for flag, value in (("inputs_as_nchw", inputs_as_nchw), ("outputs_as_nchw", outputs_as_nchw)):
-        if value:
-            raise NotImplementedError(
-                f"{flag} is not supported yet: transpose the inputs/outputs in your function "
-                "(jnp.transpose) until the NCHW adaptors land"
-            )
     if not isinstance(model_name, str) or not model_name:
         raise TypeError(f"model_name must be a non-empty string, got {model_name!r}")
     if isinstance(extra_rules, Rules):
@@ -100,6 +97,8 @@ def to_onnx(
         enable_double_precision=enable_double_precision,
         input_names=input_names,
         output_names=output_names,
+        inputs_as_nchw=inputs_as_nchw,
+        outputs_as_nchw=outputs_as_nchw,
         record_primitive_calls_file=record_primitive_calls_file,
     )
     if mode == "ir":

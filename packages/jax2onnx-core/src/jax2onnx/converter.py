@@ -14,7 +14,7 @@ from jax2onnx import passes
 from jax2onnx.errors import UnsupportedPrimitiveError
 from jax2onnx.lowering import Conversion, GraphScope, finish_outputs, iter_jaxprs, source_line
 from jax2onnx.registry import Registry
-from jax2onnx.specs import normalize_inputs
+from jax2onnx.specs import _path_name, normalize_inputs
 from jax2onnx.tracing import trace
 
 MIN_OPSET = 17
@@ -53,6 +53,8 @@ def convert(
     enable_double_precision: bool = False,
     input_names: Sequence[str] | None = None,
     output_names: Sequence[str] | None = None,
+    inputs_as_nchw: Sequence[int | str] | None = None,
+    outputs_as_nchw: Sequence[int | str] | None = None,
     record_primitive_calls_file: str | os.PathLike[str] | None = None,
     emitted_ops: dict[str, set[str]] | None = None,
 ) -> ir.Model:
@@ -64,11 +66,8 @@ def convert(
     opset = check_opset(opset)
     x64 = jax.enable_x64(True) if enable_double_precision else contextlib.nullcontext()
     with x64:
-        specs = normalize_inputs(
-            inputs, input_params, double=enable_double_precision, input_names=input_names
-        )
         config = {
-            "input_params": dict(input_params or {}),
+            "input_params": dict(input_params) if isinstance(input_params, Mapping) else {},
             "opset": opset,
             "enable_double_precision": enable_double_precision,
         }
@@ -79,9 +78,16 @@ def convert(
                 f"fn must be a callable (a function, or a module a plugin prepares), got "
                 f"{type(fn).__name__}"
             )
+        specs = normalize_inputs(
+            inputs,
+            input_params,
+            double=enable_double_precision,
+            input_names=input_names,
+            arg_names=_positional_names(target),
+        )
         param_names = [k for k, _ in specs.params]
         try:
-            closed, out_shapes = trace(target, specs.all_specs, param_names, registry.interceptions)
+            closed, out_shapes = trace(target, specs, registry.interceptions)
         except jax.errors.ConcretizationTypeError as err:
             if param_names:
                 raise TypeError(
@@ -90,6 +96,15 @@ def convert(
                     f"jax.lax.cond/jnp.where on them instead. JAX said: {err}"
                 ) from err
             raise
+        except Exception as err:
+            if type(err).__name__ != "InconclusiveDimensionOperation":
+                raise
+            raise ValueError(
+                "JAX cannot decide a comparison of symbolic dimensions while tracing "
+                f"(inputs {[s.shape for s in specs.all_specs]}). Use concrete sizes for the "
+                "dimensions involved, or express the shape with the same symbols (e.g. 'B' and "
+                f"'2*B' rather than two unrelated names). JAX said: {err}"
+            ) from err
         if record_primitive_calls_file is not None:
             _record_calls(closed, record_primitive_calls_file)
         check_supported(closed, registry, plugin_set)
@@ -97,15 +112,30 @@ def convert(
         conversion = Conversion(registry, opset, emitted_ops)
         scope = GraphScope(conversion)
         all_names = [*specs.names, *param_names]
-        values = [
-            scope.add_input(name, s.dtype, s.shape) for name, s in zip(all_names, specs.all_specs)
-        ]
+        nchw_in = _nchw_positions("inputs_as_nchw", inputs_as_nchw, all_names, specs.all_specs)
+        values = []
+        for i, (name, spec) in enumerate(zip(all_names, specs.all_specs)):
+            if i in nchw_in:
+                rank = len(spec.shape)
+                outside = scope.add_input(name, spec.dtype, _to_nchw(spec.shape))
+                (inside,) = scope.add_node("Transpose", [outside], {"perm": _to_nhwc(rank)})
+                values.append(inside)
+            else:
+                values.append(scope.add_input(name, spec.dtype, spec.shape))
         outs = scope.lower_jaxpr(closed, values)
-        flat_shapes = jax.tree_util.tree_leaves(out_shapes)
-        names = _output_names(len(outs), output_names, set(all_names))
+        names = _output_names(out_shapes, output_names, set(all_names))
         avals = [v.aval for v in closed.jaxpr.outvars]
-        outputs = finish_outputs(scope, outs, avals, names)
-        assert len(flat_shapes) == len(outputs)
+        nchw_out = _nchw_positions("outputs_as_nchw", outputs_as_nchw, names, avals)
+        for i in nchw_out:
+            (outs[i],) = scope.add_node(
+                "Transpose", [outs[i]], {"perm": _to_nchw(range(len(avals[i].shape)))}
+            )
+        outputs = finish_outputs(
+            scope,
+            outs,
+            [_NchwAval(a) if i in nchw_out else a for i, a in enumerate(avals)],
+            names,
+        )
 
     graph = ir.Graph(
         scope.inputs,
@@ -124,8 +154,84 @@ def convert(
     return passes.optimize(model)
 
 
-def _output_names(count: int, output_names: Sequence[str] | None, taken: set[str]) -> list[str]:
-    names = [f"out_{i}" for i in range(count)]
+def _to_nchw(shape: Any) -> list[Any]:
+    """Channels-last order -> channels-first: (N, *spatial, C) -> (N, C, *spatial)."""
+    shape = list(shape)
+    return [shape[0], shape[-1], *shape[1:-1]]
+
+
+def _to_nhwc(rank: int) -> list[int]:
+    return [0, *range(2, rank), 1]
+
+
+class _NchwAval:
+    """An output aval seen through the NCHW adaptor."""
+
+    def __init__(self, aval: Any) -> None:
+        self.dtype = aval.dtype
+        self.shape = tuple(_to_nchw(aval.shape))
+
+
+def _nchw_positions(
+    argument: str, wanted: Sequence[int | str] | None, names: Sequence[str], avals: Sequence[Any]
+) -> set[int]:
+    """Indices named by ``inputs_as_nchw``/``outputs_as_nchw`` (positions or names)."""
+    positions = set()
+    for item in wanted or ():
+        if isinstance(item, str):
+            if item not in names:
+                raise ValueError(
+                    f"{argument}: no graph input/output named {item!r}; have {list(names)}"
+                )
+            index = list(names).index(item)
+        elif isinstance(item, int) and not isinstance(item, bool) and 0 <= item < len(names):
+            index = item
+        else:
+            raise ValueError(f"{argument}: {item!r} is not a name or a position < {len(names)}")
+        if len(avals[index].shape) < 3:
+            raise ValueError(
+                f"{argument}: {names[index]!r} has rank {len(avals[index].shape)}; the NCHW "
+                "adaptor needs (N, spatial..., C) with rank >= 3"
+            )
+        positions.add(index)
+    return positions
+
+
+def _positional_names(fn: Any) -> list[str]:
+    """Names of ``fn``'s positional parameters (prefixes of pytree input names)."""
+    import inspect
+
+    try:
+        parameters = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):
+        return []
+    kinds = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    return [p.name for p in parameters if p.kind in kinds]
+
+
+def _default_output_names(out_shapes: Any) -> list[str]:
+    """``out_<i>`` for a single output or a tuple/list of outputs; key paths otherwise.
+
+    ``{"logits": x, "value": v}`` gives ``logits`` and ``value``; a tuple whose
+    second element is a dict gives ``out_1.<key>``.
+    """
+    leaves = jax.tree_util.tree_flatten_with_path(out_shapes)[0]
+    if not isinstance(out_shapes, (tuple, list)):
+        if len(leaves) == 1 and not leaves[0][0]:
+            return ["out_0"]
+        return [_path_name(path) for path, _ in leaves]
+    names = []
+    for path, _ in leaves:
+        head, rest = path[0], path[1:]
+        names.append(".".join([f"out_{head.idx}", *([_path_name(rest)] if rest else [])]))
+    return names
+
+
+def _output_names(
+    out_shapes: Any, output_names: Sequence[str] | None, taken: set[str]
+) -> list[str]:
+    names = _default_output_names(out_shapes)
+    count = len(names)
     if output_names is not None:
         output_names = list(output_names)
         if len(output_names) > count:

@@ -419,10 +419,17 @@ class LoweringContext:
         return self.scope.const(value, dtype)
 
     def dim(self, d: Any) -> ir.Value:
-        return self.scope.dim(d)
+        try:
+            return self.scope.dim(d)
+        except Exception as err:
+            raise self.error(f"cannot compute dimension {d} as an ONNX value: {err}") from err
 
     def shape(self, dims: Sequence[Any]) -> ir.Value:
-        return self.scope.shape(dims)
+        try:
+            return self.scope.shape(dims)
+        except Exception as err:
+            shown = "(" + ", ".join(str(d) for d in dims) + ")"
+            raise self.error(f"cannot compute shape {shown} as an ONNX value: {err}") from err
 
     def inline(self, closed: Any, inputs: Sequence[ir.Value]) -> list[ir.Value]:
         """Lower a sub-jaxpr into the current graph and return its outputs."""

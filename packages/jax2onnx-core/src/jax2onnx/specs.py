@@ -2,7 +2,9 @@
 
 Every string dimension of every input lives in one shared scope, so ``"B"``
 in two inputs is the same dimension. ``input_params`` become scalar (or
-array) inputs after the positional ones.
+array) inputs after the positional ones. An input may be a pytree (a dict, a
+tuple of specs, a registered dataclass) of specs: it flattens to one graph
+input per leaf, named after its key path (``obs.joint_pos``).
 """
 
 from __future__ import annotations
@@ -17,15 +19,56 @@ import numpy as np
 
 @dataclasses.dataclass(frozen=True)
 class InputSpecs:
-    """Normalised inputs of one conversion."""
+    """Normalised inputs of one conversion.
+
+    ``positional`` holds the flattened leaves of every positional input;
+    ``trees`` the pytree structure of each input (``None`` for a plain array
+    spec); ``names`` one graph input name per leaf.
+    """
 
     positional: tuple[jax.ShapeDtypeStruct, ...]
     params: tuple[tuple[str, jax.ShapeDtypeStruct], ...]
     names: tuple[str, ...]
+    trees: tuple[Any, ...] = ()
 
     @property
     def all_specs(self) -> list[jax.ShapeDtypeStruct]:
         return [*self.positional, *(s for _, s in self.params)]
+
+    def rebuild(self, flat: Sequence[Any]) -> tuple[list[Any], dict[str, Any]]:
+        """Positional arguments and keyword params from flat values, in spec order."""
+        args, i = [], 0
+        for tree in self.trees:
+            if tree is None:
+                args.append(flat[i])
+                i += 1
+            else:
+                args.append(jax.tree_util.tree_unflatten(tree, flat[i : i + tree.num_leaves]))
+                i += tree.num_leaves
+        return args, dict(zip((k for k, _ in self.params), flat[i:]))
+
+
+def _is_shape(x: Any) -> bool:
+    """A flat tuple/list (of dims, or of bad entries that ``_shape_of`` reports)."""
+    return isinstance(x, (tuple, list)) and not any(
+        isinstance(d, (tuple, list, dict)) or hasattr(d, "shape") for d in x
+    )
+
+
+def _is_spec(x: Any) -> bool:
+    return _is_shape(x) or (hasattr(x, "shape") and hasattr(x, "dtype"))
+
+
+def _path_name(path: Sequence[Any]) -> str:
+    parts = []
+    for key in path:
+        for attr in ("key", "idx", "name"):
+            if hasattr(key, attr):
+                parts.append(str(getattr(key, attr)))
+                break
+        else:
+            parts.append(str(key))
+    return ".".join(parts)
 
 
 def _float_dtype(double: bool) -> np.dtype:
@@ -82,12 +125,28 @@ def _shape_of(spec: Sequence[Any], where: str, scope: Any) -> tuple[Any, ...]:
     return tuple(dims)
 
 
+def _leaf(item: Any, where: str, scope: Any, double: bool) -> jax.ShapeDtypeStruct:
+    if isinstance(item, jax.ShapeDtypeStruct):
+        shape = _shape_of(item.shape, where, scope)
+        return jax.ShapeDtypeStruct(shape, _canonical(item.dtype, double))
+    if isinstance(item, (tuple, list)):
+        return jax.ShapeDtypeStruct(_shape_of(item, where, scope), _float_dtype(double))
+    if hasattr(item, "shape") and hasattr(item, "dtype"):
+        shape = _shape_of(tuple(item.shape), where, scope)
+        return jax.ShapeDtypeStruct(shape, _canonical(item.dtype, double))
+    raise TypeError(
+        f"{where} is {type(item).__name__}; expected a shape tuple such as ('B', 30), "
+        "an array, a jax.ShapeDtypeStruct, or a pytree (dict, tuple, dataclass) of those"
+    )
+
+
 def normalize_inputs(
     inputs: Any,
     input_params: Mapping[str, Any] | None,
     *,
     double: bool,
     input_names: Sequence[str] | None = None,
+    arg_names: Sequence[str] = (),
 ) -> InputSpecs:
     """Check and normalise ``inputs``/``input_params``; errors name the bad entry."""
     from jax import export
@@ -97,23 +156,34 @@ def normalize_inputs(
             "inputs must be a list with one entry per positional argument (a shape tuple "
             f"such as ('B', 30), an array, or a jax.ShapeDtypeStruct), got {type(inputs).__name__}"
         )
+    if input_names is not None:
+        input_names = list(input_names)
+        if len(input_names) > len(inputs):
+            raise ValueError(f"input_names has {len(input_names)} names for {len(inputs)} inputs")
+        for i, name in enumerate(input_names):
+            if not isinstance(name, str) or not name:
+                raise TypeError(f"input_names[{i}] must be a non-empty string, got {name!r}")
     scope = export.SymbolicScope()
-    specs = []
+    specs, names, trees = [], [], []
     for i, item in enumerate(inputs):
         where = f"inputs[{i}]"
-        if isinstance(item, jax.ShapeDtypeStruct):
-            shape = _shape_of(item.shape, where, scope)
-            specs.append(jax.ShapeDtypeStruct(shape, _canonical(item.dtype, double)))
-        elif isinstance(item, (tuple, list)):
-            specs.append(jax.ShapeDtypeStruct(_shape_of(item, where, scope), _float_dtype(double)))
-        elif hasattr(item, "shape") and hasattr(item, "dtype"):
-            shape = _shape_of(tuple(item.shape), where, scope)
-            specs.append(jax.ShapeDtypeStruct(shape, _canonical(item.dtype, double)))
+        if _is_spec(item):
+            specs.append(_leaf(item, where, scope, double))
+            names.append(input_names[i] if input_names and i < len(input_names) else f"in_{i}")
+            trees.append(None)
+            continue
+        leaves, tree = jax.tree_util.tree_flatten_with_path(item, is_leaf=_is_spec)
+        if not leaves:
+            _leaf(item, where, scope, double)  # raises the TypeError naming the entry
+        if input_names and i < len(input_names):
+            prefix = input_names[i]
         else:
-            raise TypeError(
-                f"{where} is {type(item).__name__}; expected a shape tuple such as ('B', 30), "
-                "an array, or a jax.ShapeDtypeStruct"
-            )
+            prefix = arg_names[i] if i < len(arg_names) else f"in_{i}"
+        for path, leaf in leaves:
+            key = _path_name(path)
+            specs.append(_leaf(leaf, f"{where}.{key}", scope, double))
+            names.append(f"{prefix}.{key}")
+        trees.append(tree)
 
     params = []
     if input_params is not None:
@@ -138,15 +208,6 @@ def normalize_inputs(
                 dtype = _canonical(array.dtype, double)
             params.append((key, jax.ShapeDtypeStruct(array.shape, dtype)))
 
-    names = [f"in_{i}" for i in range(len(specs))]
-    if input_names is not None:
-        input_names = list(input_names)
-        if len(input_names) > len(specs):
-            raise ValueError(f"input_names has {len(input_names)} names for {len(specs)} inputs")
-        for i, name in enumerate(input_names):
-            if not isinstance(name, str) or not name:
-                raise TypeError(f"input_names[{i}] must be a non-empty string, got {name!r}")
-            names[i] = name
     all_names = names + [k for k, _ in params]
     duplicates = sorted({n for n in all_names if all_names.count(n) > 1})
     if duplicates:
@@ -154,4 +215,4 @@ def normalize_inputs(
             f"input_names (with the input_params keys) must give unique graph input names; "
             f"repeated: {duplicates}"
         )
-    return InputSpecs(tuple(specs), tuple(params), tuple(names))
+    return InputSpecs(tuple(specs), tuple(params), tuple(names), tuple(trees))

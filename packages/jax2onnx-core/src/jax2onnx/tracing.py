@@ -75,16 +75,16 @@ def interceptions_active(interceptions: Sequence[Interception]) -> Iterator[None
 
 
 def trace(
-    fn: Callable[..., Any],
-    specs: Sequence[jax.ShapeDtypeStruct],
-    param_names: Sequence[str],
-    interceptions: Sequence[Interception],
+    fn: Callable[..., Any], specs: Any, interceptions: Sequence[Interception]
 ) -> tuple[Any, Any]:
-    """``make_jaxpr`` of ``fn(*positional, **params)``; returns (ClosedJaxpr, out shapes)."""
-    count = len(specs) - len(param_names)
+    """``make_jaxpr`` of ``fn(*positional, **params)`` over the flat leaves of ``specs``.
 
-    def flat(*args):
-        return fn(*args[:count], **dict(zip(param_names, args[count:])))
+    Returns the ClosedJaxpr and the pytree of output shapes.
+    """
+
+    def flat(*leaves):
+        args, kwargs = specs.rebuild(leaves)
+        return fn(*args, **kwargs)
 
     with interceptions_active(interceptions):
-        return jax.make_jaxpr(flat, return_shape=True)(*specs)
+        return jax.make_jaxpr(flat, return_shape=True)(*specs.all_specs)
