@@ -201,12 +201,6 @@ def test_non_callable_fn_is_a_type_error(fn):
         to_onnx(fn, [(2,)])
 
 
-@pytest.mark.parametrize("flag", ["inputs_as_nchw", "outputs_as_nchw"])
-def test_nchw_arguments_are_not_implemented(flag):
-    with pytest.raises(NotImplementedError, match=flag):
-        to_onnx(lambda x: x + 1.0, [(1, 3, 4, 4)], **{flag: [0]})
-
-
 # -- unsupported primitives ------------------------------------------------------------
 
 

@@ -31,14 +31,28 @@ def policy(obs, scale):
 
 def test_pytree_inputs_and_outputs_are_named_by_key_path():
     model = to_onnx(policy, [{"joint_pos": ("B", 3), "vel": (("B", 4), ("B", 4))}, ()])
-    assert [i.name for i in model.graph.input] == ["obs.joint_pos", "obs.vel.0", "obs.vel.1", "in_1"]
+    assert [i.name for i in model.graph.input] == [
+        "obs.joint_pos",
+        "obs.vel.0",
+        "obs.vel.1",
+        "in_1",
+    ]
     assert [o.name for o in model.graph.output] == ["logits", "value.0", "value.1"]
     rng = np.random.default_rng(0)
-    obs = {"joint_pos": rng.standard_normal((5, 3)).astype(np.float32),
-           "vel": tuple(rng.standard_normal((5, 4)).astype(np.float32) for _ in range(2))}
+    obs = {
+        "joint_pos": rng.standard_normal((5, 3)).astype(np.float32),
+        "vel": tuple(rng.standard_normal((5, 4)).astype(np.float32) for _ in range(2)),
+    }
     scale = np.asarray(0.5, np.float32)
-    got = _run(model, {"obs.joint_pos": obs["joint_pos"], "obs.vel.0": obs["vel"][0],
-                       "obs.vel.1": obs["vel"][1], "in_1": scale})
+    got = _run(
+        model,
+        {
+            "obs.joint_pos": obs["joint_pos"],
+            "obs.vel.0": obs["vel"][0],
+            "obs.vel.1": obs["vel"][1],
+            "in_1": scale,
+        },
+    )
     want = jax.tree_util.tree_leaves(policy(obs, scale))
     for g, w in zip(got, want):
         np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-6)

@@ -6,7 +6,7 @@ from jax2onnx_testkit.coverage import coverage, render
 def test_rows_carry_emitted_ops_dtypes_and_cases():
     rows = {r.primitive: r for r in coverage(["lax"])}
     assert rows["tanh"].ops == {"Tanh"}
-    assert rows["ne"].ops == {"Equal", "Not"}
+    assert {"Equal", "Not"} <= rows["ne"].ops
     assert {"float32", "float64"} <= rows["tanh"].dtypes
     assert rows["tanh"].cases >= 1
     assert not any(r.errors for r in rows.values())

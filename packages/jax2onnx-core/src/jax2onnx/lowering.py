@@ -29,7 +29,8 @@ _SMALL_CONST = 1024  # constants up to this many elements are shared by value
 # Ops whose output has the dtype of their first input: the builder records it,
 # so later Python-number operands get the right dtype.
 _SAME_DTYPE = frozenset(
-    "Abs Acos Acosh Add Asin Asinh Atan Atanh AveragePool BatchNormalization Ceil Celu Clip "
+    "Abs Acos Acosh Add Asin Asinh Atan Atanh AveragePool BatchNormalization BitShift "
+    "BitwiseAnd BitwiseNot BitwiseOr BitwiseXor Ceil Celu Clip "
     "Concat Conv ConvTranspose Cos Cosh CumSum DepthToSpace Div Einsum Elu Erf Exp Expand "
     "Flatten Floor Gather GatherElements GatherND Gelu Gemm GlobalAveragePool HardSigmoid "
     "HardSwish Identity InstanceNormalization LayerNormalization LeakyRelu Log LogSoftmax MatMul "
@@ -385,7 +386,7 @@ class OpBuilder:
                 out.append(self._scope.const(value))
             elif isinstance(value, (bool, int, float)):
                 dtype = like.numpy() if like is not None else None
-                out.append(self._scope.const(np.asarray(value, dtype=dtype)))
+                out.append(self._scope.const(np.asarray(value, dtype=dtype), dtype))
             else:
                 out.append(self._scope.const(np.asarray(value)))
         return out

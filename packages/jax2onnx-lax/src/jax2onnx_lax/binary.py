@@ -1,4 +1,10 @@
-"""Binary arithmetic, comparisons and selection."""
+"""Binary arithmetic, comparisons, clamp and selection.
+
+ONNX Runtime (CPU) has no kernel for some dtypes: Where lacks bool, int16,
+uint16 and uint64; Max/Min lack bool, int16 and uint16; Less & co. lack bool;
+nothing computes in bfloat16. Those dtypes are computed in a wider dtype where
+that is exact (see ``_WIDER``) and cast back.
+"""
 
 from __future__ import annotations
 
@@ -9,90 +15,468 @@ from jax import lax
 
 from jax2onnx.plugin import case
 from jax2onnx_lax._rules import rules
+from jax2onnx_lax._util import cast
 
-rules.elementwise(
-    {
-        lax.add_p: "Add",
-        "add_any": "Add",
-        lax.sub_p: "Sub",
-        lax.mul_p: "Mul",
-        lax.eq_p: "Equal",
-        lax.lt_p: "Less",
-        lax.le_p: "LessOrEqual",
-        lax.gt_p: "Greater",
-        lax.ge_p: "GreaterOrEqual",
-    }
-)
+_BF16 = np.dtype(jnp.bfloat16)
+# Exact stand-ins: ints widen by value (uint64 -> int64 keeps the bits, which is
+# all Where needs), bool -> uint8, bfloat16 -> float32 (one rounding back, like XLA).
+_WIDER = {
+    np.dtype(np.bool_): np.dtype(np.uint8),
+    np.dtype(np.int16): np.dtype(np.int32),
+    np.dtype(np.uint16): np.dtype(np.int32),
+    np.dtype(np.uint64): np.dtype(np.int64),
+    _BF16: np.dtype(np.float32),
+}
+_GAPS = {
+    "Where": {np.bool_, np.int16, np.uint16, np.uint64},
+    "Max": {np.bool_, np.int16, np.uint16},
+    "Less": {np.bool_},
+    "Clip": {np.int16, np.uint16},
+}
+_GAPS["Min"] = _GAPS["Max"]
+_GAPS.update(dict.fromkeys(("LessOrEqual", "Greater", "GreaterOrEqual"), _GAPS["Less"]))
 
-rules.add_cases(
-    lax.add_p,
-    [
-        case("add", lax.add, [("B", 4), ("B", 4)]),
-        case("add_int", lax.add, [(3,), (3,)], dtypes=[np.int32, np.int32]),
-        case("add_scalar_literal", lambda x: x + 1.5, [("B", 3)]),
-    ],
-)
-rules.add_cases(
-    "add_any",
-    [
-        case("grad_fanout", jax.grad(lambda x: (jnp.tanh(x) * x).sum()), [(4,)]),
-    ],
-)
-rules.add_cases(lax.sub_p, [case("sub", lax.sub, [("B", 4), ("B", 4)])])
-rules.add_cases(lax.mul_p, [case("mul", lax.mul, [(2, 3), (2, 3)], expect=["Mul:2x3"])])
-for _prim, _fn in (
-    (lax.eq_p, lax.eq),
-    (lax.lt_p, lax.lt),
-    (lax.le_p, lax.le),
-    (lax.gt_p, lax.gt),
-    (lax.ge_p, lax.ge),
-    (lax.ne_p, lax.ne),
-):
-    rules.add_cases(
-        _prim,
-        [
-            case(_prim.name, _fn, [("B", 4), ("B", 4)]),
-            case(
-                f"{_prim.name}_int",
-                _fn,
-                [np.array([1, 2, 3], np.int32), np.array([3, 2, 1], np.int32)],
-            ),
-        ],
+
+def _compute_dtype(op_type: str, dtype) -> np.dtype:
+    """The dtype ONNX Runtime computes ``op_type`` in for operands of ``dtype``."""
+    dtype = np.dtype(dtype)
+    if dtype == _BF16 or dtype.type in _GAPS.get(op_type, ()):
+        return _WIDER[dtype]
+    return dtype
+
+
+def where(ctx, cond, a, b, dtype):
+    """``Where(cond, a, b)`` for operands of ``dtype``, widened where ORT has no kernel."""
+    wide = _compute_dtype("Where", dtype)
+    if wide == np.dtype(dtype):
+        return ctx.op.Where(cond, a, b)
+    a, b = (
+        np.asarray(v, dtype).astype(wide) if _is_number(v) else cast(ctx, v, wide) for v in (a, b)
     )
+    return cast(ctx, ctx.op.Where(cond, a, b), dtype)
+
+
+def _is_number(v) -> bool:
+    return isinstance(v, (int, float, bool, np.generic, np.ndarray))
+
+
+def _binary(ctx, op_type: str, x, y, dtype, **attrs):
+    """One ``op_type`` node on operands of ``dtype``, widened where ORT has no kernel."""
+    dtype = np.dtype(dtype)
+    wide = _compute_dtype(op_type, dtype)
+    if wide == dtype:
+        return getattr(ctx.op, op_type)(x, y, **attrs)
+    out = getattr(ctx.op, op_type)(cast(ctx, x, wide), cast(ctx, y, wide), **attrs)
+    return out if op_type in _COMPARISONS else cast(ctx, out, dtype)
+
+
+_COMPARISONS = {"Equal", "Less", "LessOrEqual", "Greater", "GreaterOrEqual"}
+
+
+def _op(op_type: str, **attrs):
+    def lower(ctx, x, y, **_):
+        return _binary(ctx, op_type, x, y, ctx.avals_in[0].dtype, **attrs)
+
+    lower.__name__ = lower.__qualname__ = op_type.lower()
+    lower.__doc__ = f"One {op_type} node (in a wider dtype where ONNX Runtime lacks the kernel)."
+    return lower
+
+
+for _prim, _op_type in (
+    (lax.add_p, "Add"),
+    ("add_any", "Add"),
+    (lax.sub_p, "Sub"),
+    (lax.mul_p, "Mul"),
+    (lax.eq_p, "Equal"),
+    (lax.lt_p, "Less"),
+    (lax.le_p, "LessOrEqual"),
+    (lax.gt_p, "Greater"),
+    (lax.ge_p, "GreaterOrEqual"),
+):
+    rules.lowering(_prim)(_op(_op_type))
 
 
 @rules.lowering(lax.ne_p)
 def ne(ctx, x, y):
     """ne -> Not(Equal): ONNX has no NotEqual."""
-    return ctx.op.Not(ctx.op.Equal(x, y))
+    return ctx.op.Not(_op("Equal")(ctx, x, y))
 
 
-# Div truncates integer division toward zero in both JAX and ONNX Runtime;
-# Max and Min propagate NaN like lax.max and lax.min.
-rules.elementwise({lax.div_p: "Div", lax.max_p: "Max", lax.min_p: "Min"})
+@rules.lowering(lax.max_p)
+def max_(ctx, x, y):
+    """max -> Max (propagates NaN like lax.max); Or for bool."""
+    return _max(ctx, x, y, ctx.avals_in[0].dtype)
+
+
+def _max(ctx, x, y, dtype):
+    return ctx.op.Or(x, y) if dtype == np.bool_ else _binary(ctx, "Max", x, y, dtype)
+
+
+@rules.lowering(lax.min_p)
+def min_(ctx, x, y):
+    """min -> Min (propagates NaN like lax.min); And for bool."""
+    return _min(ctx, x, y, ctx.avals_in[0].dtype)
+
+
+def _min(ctx, x, y, dtype):
+    return ctx.op.And(x, y) if dtype == np.bool_ else _binary(ctx, "Min", x, y, dtype)
+
+
+def _nonzero_constant(ctx, y, signed: bool) -> bool:
+    """True when the divisor is a constant without 0 (and without -1 for signed ints)."""
+    if y.const_value is None:
+        return False
+    values = y.const_value.numpy()
+    return bool(np.all(values != 0) and (not signed or np.all(values != -1)))
+
+
+def _safe_divisor(ctx, y, dtype):
+    """``y`` with the divisors ORT's integer division fails on replaced by 1, and ``y == 0``.
+
+    ORT raises on ``x / 0`` and idiv traps (SIGFPE) on ``INT_MIN / -1``, so -1 is
+    replaced too for signed ints; the callers patch those elements afterwards.
+    """
+    is_zero = ctx.op.Equal(y, np.zeros((), dtype))
+    bad = is_zero
+    if dtype.kind == "i":
+        bad = ctx.op.Or(is_zero, ctx.op.Equal(y, np.asarray(-1, dtype)))
+    return where(ctx, bad, np.ones((), dtype), y, dtype), is_zero
+
+
+@rules.lowering(lax.div_p)
+def div(ctx, x, y):
+    """div -> Div; integers truncate toward zero in both. With a variable integer divisor,
+    ``x / 0`` is -1 (all bits set, as XLA on CPU gives) and ``x / -1`` is ``0 - x`` with
+    wraparound (``INT_MIN / -1 == INT_MIN``), patched in by Where."""
+    dtype = np.dtype(ctx.avals_in[0].dtype)
+    if dtype.kind not in "iu" or _nonzero_constant(ctx, y, dtype.kind == "i"):
+        return _op("Div")(ctx, x, y)
+    safe, is_zero = _safe_divisor(ctx, y, dtype)
+    out = ctx.op.Div(x, safe)
+    if dtype.kind == "i":
+        minus_one = ctx.op.Equal(y, np.asarray(-1, dtype))
+        out = where(ctx, minus_one, ctx.op.Sub(np.zeros((), dtype), x), out, dtype)
+    return where(ctx, is_zero, np.asarray(-1).astype(dtype), out, dtype)
+
+
+@rules.lowering(lax.rem_p)
+def rem(ctx, x, y):
+    """rem -> Mod(fmod=1): the result has the sign of the dividend (C fmod / %), as in JAX.
+    Integer ``x % 0`` is ``x`` as XLA on CPU gives, guarded like div."""
+    dtype = np.dtype(ctx.avals_in[0].dtype)
+    if dtype.kind not in "iu":
+        return _op("Mod", fmod=1)(ctx, x, y)
+    if _nonzero_constant(ctx, y, dtype.kind == "i"):
+        return _int_rem(ctx, x, y, dtype)
+    safe, is_zero = _safe_divisor(ctx, y, dtype)
+    return where(ctx, is_zero, x, _int_rem(ctx, x, safe, dtype), dtype)
+
+
+def _int_rem(ctx, x, y, dtype):
+    """Truncated remainder; 64-bit as ``x - (x / y) * y``: ORT's 64-bit Mod goes through
+    double and loses low bits."""
+    if dtype.itemsize == 8:
+        return ctx.op.Sub(x, ctx.op.Mul(ctx.op.Div(x, y), y))
+    return ctx.op.Mod(x, y, fmod=1)
+
+
+def _signbit(ctx, x):
+    """True where the sign bit is set, -0.0 included (1 / -0.0 == -inf)."""
+    return ctx.op.Or(ctx.op.Less(x, 0.0), ctx.op.Less(ctx.op.Reciprocal(x), 0.0))
+
+
+def _atan_unit_f64(ctx, t):
+    """atan(t) for t in [0, 1] in float64 (ORT has no float64 Atan).
+
+    Two half-angle steps ``atan(t) = 2 atan(t / (1 + sqrt(1 + t^2)))`` bring t under
+    tan(pi/16) ~ 0.199, where the Taylor series to t^23 is below float64 rounding.
+    """
+    for _ in range(2):
+        t = ctx.op.Div(t, ctx.op.Add(ctx.op.Sqrt(ctx.op.Add(ctx.op.Mul(t, t), 1.0)), 1.0))
+    w = ctx.op.Mul(t, t)
+    poly = ctx.const(np.float64(-1.0 / 23.0))
+    for k in range(10, 0, -1):
+        poly = ctx.op.Add(ctx.op.Mul(poly, w), (-1.0) ** k / (2 * k + 1))
+    poly = ctx.op.Add(ctx.op.Mul(poly, w), 1.0)
+    return ctx.op.Mul(ctx.op.Mul(t, poly), 4.0)
+
+
+@rules.lowering(lax.atan2_p)
+def atan2(ctx, y, x):
+    """atan2 -> Atan of min(|x|,|y|) / max(|x|,|y|) in [0, 1], then quadrant fix-ups by
+    Where (ONNX has no Atan2). Signed zeros and infinities follow C atan2 as JAX does:
+    atan2(+-0, -0) = +-pi, atan2(+-inf, +-inf) = +-pi/4 or +-3pi/4. float64 uses a series
+    (no float64 Atan kernel in ORT); float16/bfloat16 compute in float32 like XLA."""
+    dtype = np.dtype(ctx.avals_in[0].dtype)
+    if dtype.itemsize < 4:
+        f32 = np.dtype(np.float32)
+        return cast(ctx, _atan2(ctx, cast(ctx, y, f32), cast(ctx, x, f32), f32), dtype)
+    return _atan2(ctx, y, x, dtype)
+
+
+def _atan2(ctx, y, x, dtype):
+    one, zero = np.ones((), dtype), np.zeros((), dtype)
+    a, b = ctx.op.Abs(x), ctx.op.Abs(y)
+    big, small = ctx.op.Max(a, b), ctx.op.Min(a, b)
+    ratio = ctx.op.Div(small, ctx.op.Where(ctx.op.Equal(big, zero), one, big))
+    ratio = ctx.op.Where(ctx.op.And(ctx.op.IsInf(a), ctx.op.IsInf(b)), one, ratio)
+    theta = _atan_unit_f64(ctx, ratio) if dtype == np.float64 else ctx.op.Atan(ratio)
+    right = ctx.op.Sub(np.asarray(np.pi / 2, dtype), theta)
+    theta = ctx.op.Where(ctx.op.Greater(b, a), right, theta)
+    theta = ctx.op.Where(_signbit(ctx, x), ctx.op.Sub(np.asarray(np.pi, dtype), theta), theta)
+    return ctx.op.Where(_signbit(ctx, y), ctx.op.Neg(theta), theta)
+
+
+@rules.lowering(lax.clamp_p)
+def clamp(ctx, lo, x, hi):
+    """clamp -> Clip when both bounds are scalars that cannot be NaN (Clip ignores a NaN
+    bound, lax.clamp propagates it), otherwise Min(Max(x, lo), hi)."""
+    dtype = np.dtype(ctx.avals_in[1].dtype)
+    scalar = ctx.avals_in[0].ndim == 0 and ctx.avals_in[2].ndim == 0
+    if scalar and dtype.kind in "iuf" and dtype != _BF16 and _not_nan(lo) and _not_nan(hi):
+        wide = _compute_dtype("Clip", dtype)
+        if wide == dtype:
+            return ctx.op.Clip(x, lo, hi)
+        return cast(ctx, ctx.op.Clip(*(cast(ctx, v, wide) for v in (x, lo, hi))), dtype)
+    return _min(ctx, _max(ctx, x, lo, dtype), hi, dtype)
+
+
+def _not_nan(v) -> bool:
+    if v.dtype is not None and not v.dtype.is_floating_point():
+        return True
+    return v.const_value is not None and not np.any(np.isnan(v.const_value.numpy()))
+
+
+@rules.lowering(lax.select_n_p)
+def select_n(ctx, which, *cases):
+    """select_n -> Where (bool predicate) or a chain of Where(Equal(which, i)) for n > 2,
+    in a wider dtype for the case dtypes ORT's Where lacks."""
+    if len(cases) == 1:
+        return ctx.op.Identity(cases[0])
+    dtype = np.dtype(ctx.avals_out[0].dtype)
+    wide = _compute_dtype("Where", dtype)
+    if wide != dtype:
+        cases = [cast(ctx, c, wide) for c in cases]
+    which_dtype = ctx.avals_in[0].dtype
+    if which_dtype == np.bool_:
+        result = ctx.op.Where(which, cases[1], cases[0])
+    else:
+        result = cases[-1]
+        for i in range(len(cases) - 2, -1, -1):
+            hit = ctx.op.Equal(which, np.asarray(i, which_dtype))
+            result = ctx.op.Where(hit, cases[i], result)
+    return result if wide == dtype else cast(ctx, result, dtype)
+
+
+# ---------------------------------------------------------------- cases
+
+_INTS = (np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32, np.uint64)
+
+
+def _edges(dtype) -> np.ndarray:
+    """Boundary values of an integer dtype: extremes, around zero, a few small ones."""
+    info = np.iinfo(dtype)
+    values = {info.min, info.min + 1, info.max - 1, info.max, 0, 1, 2, 7}
+    if info.min < 0:
+        values |= {-1, -2, -7}
+    return np.array(sorted(values), dtype=dtype)
+
+
+def _all_pairs(dtype) -> list[np.ndarray]:
+    """Every pair of boundary values, as two flat arrays (overflow, x / 0, MIN / -1 ...)."""
+    v = _edges(dtype)
+    return [np.repeat(v, len(v)), np.tile(v, len(v))]
+
+
+def x64(dtype) -> list[str] | None:
+    """``variants=`` for a case with inputs of ``dtype``: 64-bit ints need x64 mode."""
+    return ["f64"] if np.dtype(dtype).itemsize == 8 else None
+
+
+def int_cases(name: str, fn, dtypes=_INTS) -> list:
+    """One case per integer dtype on all pairs of its boundary values."""
+    return [case(f"{name}_{np.dtype(d).name}", fn, _all_pairs(d), variants=x64(d)) for d in dtypes]
+
+
+def _bf16(fn):
+    """``fn`` computed in bfloat16 between float32 inputs and output (ORT cannot feed bf16)."""
+
+    def wrapped(*xs):
+        out = fn(*(x.astype(jnp.bfloat16) for x in xs))
+        return out.astype(jnp.float32) if out.dtype == jnp.bfloat16 else out
+
+    return wrapped
+
+
+_F16 = [
+    np.array([0.5, -1.25, 3.0, np.nan, 60000.0, -0.0], np.float16),
+    np.array([2.0, 0.75, -3.0, 1.0, 60000.0, 0.0], np.float16),
+]
+_BOOLS = [np.array([True, True, False, False]), np.array([True, False, True, False])]
 _NAN_PAIR = [np.array([np.nan, 1.0, 2.0], np.float32), np.array([0.0, np.nan, 1.0], np.float32)]
+_SPECIAL = np.array([0.0, -0.0, np.inf, -np.inf, np.nan, 1.0, -1.0, 1e-30, 3.5], np.float32)
+_SPECIAL_PAIRS = [np.repeat(_SPECIAL, len(_SPECIAL)), np.tile(_SPECIAL, len(_SPECIAL))]
+
+
+def _float_cases(name: str, fn, **kw) -> list:
+    return [
+        case(name, fn, [("B", 4), ("B", 4)], **kw),
+        case(f"{name}_special", fn, _SPECIAL_PAIRS),
+        case(f"{name}_f16", fn, _F16, variants=["f32"]),
+        case(f"{name}_bf16", _bf16(fn), [(3, 4), (3, 4)], variants=["f32"], **kw),
+    ]
+
+
+rules.add_cases(
+    lax.add_p,
+    [
+        case("add_scalar_literal", lambda x: x + 1.5, [("B", 3)]),
+        *_float_cases("add", lax.add),
+        *int_cases("add", lax.add),
+    ],
+)
+rules.add_cases(
+    "add_any", [case("grad_fanout", jax.grad(lambda x: (jnp.tanh(x) * x).sum()), [(4,)])]
+)
+rules.add_cases(lax.sub_p, [*_float_cases("sub", lax.sub), *int_cases("sub", lax.sub)])
+rules.add_cases(
+    lax.mul_p,
+    [
+        case("mul_graph", lax.mul, [(2, 3), (2, 3)], expect=["Mul:2x3"]),
+        *_float_cases("mul", lax.mul),
+        *int_cases("mul", lax.mul),
+    ],
+)
 rules.add_cases(
     lax.div_p,
     [
-        case("div", lax.div, [("B", 3), ("B", 3)], input_range=(0.5, 3.0)),
+        *_float_cases("div", lax.div, input_range=(0.5, 3.0)),
         case(
             "div_int_truncates",
             lax.div,
             [np.array([7, -7, 7, -7], np.int32), np.array([2, 2, -2, -2], np.int32)],
         ),
+        case(
+            "div_int_const",
+            lambda x: lax.div(x, np.int32(3)),
+            [(4,)],
+            dtypes=[np.int32],
+            counts={"Where": 0},
+        ),
+        *int_cases("div", lax.div),
     ],
 )
 rules.add_cases(
-    lax.max_p, [case("max", lax.max, [("B", 3), ("B", 3)]), case("max_nan", lax.max, _NAN_PAIR)]
+    lax.rem_p,
+    [
+        *_float_cases("rem", lax.rem, input_range=(0.5, 3.0)),
+        case("rem_signs", lax.rem, [np.array([5.5, -5.5, 5.5, -5.5]), np.array([2, 2, -2, -2.0])]),
+        case(
+            "rem_int_const",
+            lambda x: lax.rem(x, np.int8(3)),
+            [(4,)],
+            dtypes=[np.int8],
+            counts={"Where": 0},
+        ),
+        *int_cases("rem", lax.rem),
+    ],
+)
+for _prim, _fn in ((lax.max_p, lax.max), (lax.min_p, lax.min)):
+    rules.add_cases(
+        _prim,
+        [
+            *_float_cases(_prim.name, _fn),
+            case(f"{_prim.name}_nan", _fn, _NAN_PAIR),
+            case(f"{_prim.name}_bool", _fn, _BOOLS),
+            *int_cases(_prim.name, _fn),
+        ],
+    )
+for _prim, _fn in (
+    (lax.eq_p, lax.eq),
+    (lax.ne_p, lax.ne),
+    (lax.lt_p, lax.lt),
+    (lax.le_p, lax.le),
+    (lax.gt_p, lax.gt),
+    (lax.ge_p, lax.ge),
+):
+    rules.add_cases(
+        _prim,
+        [
+            *_float_cases(_prim.name, _fn),
+            case(f"{_prim.name}_bool", _fn, _BOOLS),
+            *int_cases(_prim.name, _fn),
+        ],
+    )
+rules.add_cases(
+    lax.atan2_p,
+    [
+        case("atan2", lax.atan2, [("B", 5), ("B", 5)]),
+        case("atan2_special", lax.atan2, _SPECIAL_PAIRS),
+        case(
+            "atan2_wide_range",
+            lax.atan2,
+            [
+                np.geomspace(1e-300, 1e300, 41) * np.tile([1, -1], 21)[:41],
+                np.geomspace(1e300, 1e-300, 41),
+            ],
+            variants=["f64"],
+        ),
+        case("atan2_f16", lax.atan2, _F16, variants=["f32"]),
+        case("atan2_bf16", _bf16(lax.atan2), [(3, 4), (3, 4)], variants=["f32"]),
+    ],
+)
+
+
+def _clamp_scalar(x):
+    return lax.clamp(np.asarray(-0.5, x.dtype), x, np.asarray(0.5, x.dtype))
+
+
+rules.add_cases(
+    lax.clamp_p,
+    [
+        case("clamp_scalar", _clamp_scalar, [("B", 4)], expect=["Clip"]),
+        case("clamp_scalar_nan_x", _clamp_scalar, [_SPECIAL]),
+        case("clamp_arrays", lax.clamp, [(2, 3), (2, 3), (2, 3)], counts={"Clip": 0}),
+        case("clamp_lo_above_hi", lambda x: lax.clamp(1.0, x, -1.0), [(5,)]),
+        case("clamp_variable_bounds", lax.clamp, [(), ("B", 3), ()], counts={"Clip": 0}),
+        case(
+            "clamp_nan_bound",
+            lambda x: lax.clamp(np.asarray(np.nan, x.dtype), x, np.asarray(1, x.dtype)),
+            [(3,)],
+        ),
+        case(
+            "clamp_f16",
+            lambda x: lax.clamp(np.float16(-1), x, np.float16(1)),
+            [_F16[0]],
+            variants=["f32"],
+        ),
+        *[
+            case(
+                f"clamp_{np.dtype(d).name}",
+                lambda lo, x, hi: lax.clamp(lo, x, hi),
+                [_edges(d)[1:2].reshape(()), _edges(d), _edges(d)[-3:-2].reshape(())],
+                variants=x64(d),
+            )
+            for d in _INTS
+        ],
+        *[
+            case(
+                f"clamp_arrays_{np.dtype(d).name}",
+                lax.clamp,
+                [
+                    np.full(len(_edges(d)), _edges(d)[1]),
+                    _edges(d),
+                    np.full(len(_edges(d)), _edges(d)[-3]),
+                ],
+                variants=x64(d),
+            )
+            for d in (np.int16, np.uint16, np.uint64)
+        ],
+    ],
 )
 rules.add_cases(
-    lax.min_p, [case("min", lax.min, [("B", 3), ("B", 3)]), case("min_nan", lax.min, _NAN_PAIR)]
-)
-
-
-@rules.lowering(
     lax.select_n_p,
-    cases=[
+    [
         case(
             "select_bool",
             lambda p, a, b: lax.select_n(p, a, b),
@@ -104,17 +488,20 @@ rules.add_cases(
             [np.array([0, 1, 2, 1], np.int32), (4,), (4,), (4,)],
         ),
         case("relu_like", lambda x: lax.select_n(x > 0, -x, x), [("B", 3)]),
+        case("select_bool_cases", lambda p, a, b: lax.select_n(p, a, b), [_BOOLS[0], *_BOOLS]),
+        *[
+            case(
+                f"select_{np.dtype(d).name}",
+                lambda p, a, b, c: lax.select_n(p, a, b, c),
+                [
+                    np.array([0, 1, 2, 0, 1, 2, 2, 0, 1, 0, 1], np.int32)[: len(_edges(d))],
+                    _edges(d),
+                    _edges(d)[::-1],
+                    _edges(d) // 2,
+                ],
+                variants=x64(d),
+            )
+            for d in _INTS
+        ],
     ],
 )
-def select_n(ctx, which, *cases):
-    """select_n -> Where (bool predicate) or a chain of Where(Equal(which, i)) for n > 2."""
-    if len(cases) == 1:
-        return ctx.op.Identity(cases[0])
-    if ctx.avals_in[0].dtype == np.bool_:
-        return ctx.op.Where(which, cases[1], cases[0])
-    result = cases[-1]
-    for i in range(len(cases) - 2, -1, -1):
-        result = ctx.op.Where(
-            ctx.op.Equal(which, np.asarray(i, ctx.avals_in[0].dtype)), cases[i], result
-        )
-    return result

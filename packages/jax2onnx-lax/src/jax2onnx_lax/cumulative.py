@@ -1,5 +1,223 @@
-"""cumsum, cumprod, cummax, cummin, cumlogsumexp."""
+"""cumsum, cumprod, cummax, cummin, cumlogsumexp.
+
+cumsum is ONNX ``CumSum``. The others have no ONNX op and become a log-step
+(Hillis-Steele) scan over the static length ``n`` of the scanned axis: for
+``s = 1, 2, 4, ... < n``, ``y = combine(y, y shifted by s)``, the shift being
+one ``Pad`` that adds ``s`` identity elements at the front (the back when
+``reverse``) and drops ``s`` at the other end (a negative pad). That is
+``ceil(log2 n)`` steps of elementwise ops, exact for max/min and integer
+products, and for floats a reassociation like JAX's own associative scan.
+
+ONNX Runtime's CumSum takes only int32/int64/float kernels and its Pad, Max and
+Min lack int16/uint16, so narrow and unsigned integers are computed in a wider
+integer and cast back, which is exact (a wrapped sum or product keeps its low
+bits).
+"""
 
 from __future__ import annotations
 
-from jax2onnx_lax._rules import rules  # noqa: F401
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+
+from jax2onnx.dims import is_symbolic
+from jax2onnx.plugin import case
+from jax2onnx_lax._rules import rules
+from jax2onnx_lax._util import cast, i64
+
+_CUMSUM_WIDE = {
+    np.dtype(np.int8): np.int32,
+    np.dtype(np.uint8): np.int32,
+    np.dtype(np.int16): np.int32,
+    np.dtype(np.uint16): np.int32,
+    np.dtype(np.uint32): np.int64,
+    np.dtype(np.uint64): np.int64,
+}
+_SCAN_WIDE = {np.dtype(np.int16): np.int32, np.dtype(np.uint16): np.int32}
+
+
+def _dtype(ctx):
+    return np.dtype(ctx.avals_in[0].dtype)
+
+
+def _const(ctx, value, dtype):
+    """A constant of ``dtype`` (explicit, so float64 never narrows without x64)."""
+    return ctx.const(np.asarray(value, dtype), dtype)
+
+
+def _scan(ctx, x, axis, reverse, combine, identity):
+    """Inclusive scan of ``combine`` along ``axis`` in ``ceil(log2 n)`` Pad steps."""
+    shape = ctx.avals_in[0].shape
+    n = shape[axis]
+    if is_symbolic(n):
+        raise ctx.error(
+            f"{ctx.eqn.primitive.name} along an axis of symbolic size {n} is not supported: "
+            "the log-step scan needs a static length; make that axis static"
+        )
+    dtype = _dtype(ctx)
+    wide = _SCAN_WIDE.get(dtype)
+    y = x if wide is None else cast(ctx, x, wide)
+    fill = _const(ctx, identity, wide or dtype)
+    rank = len(shape)
+    s = 1
+    while s < int(n):
+        pads = [0] * (2 * rank)
+        pads[axis], pads[rank + axis] = (-s, s) if reverse else (s, -s)
+        y = combine(y, ctx.op.Pad(y, i64(ctx, pads), fill))
+        s *= 2
+    return y if wide is None else cast(ctx, y, dtype)
+
+
+def _cum(prim, **kw):
+    return lambda x: prim.bind(x, **kw)
+
+
+def _int_edge(dtype):
+    info = np.iinfo(dtype)
+    return np.array([[info.max, 3, info.min, 1, info.max], [2, info.max, 5, info.min, 7]], dtype)
+
+
+def _x64(dtype) -> dict:
+    return {"variants": ["f64"]} if np.dtype(dtype).itemsize == 8 else {}
+
+
+_INTS = (np.int8, np.uint8, np.int16, np.uint16, np.int32, np.uint32, np.int64, np.uint64)
+
+
+def _int_cases(prefix, prim):
+    return [
+        case(
+            f"{prefix}_{np.dtype(d).name}",
+            _cum(prim, axis=1, reverse=d in (np.int16, np.uint32)),
+            [_int_edge(d)],
+            **_x64(d),
+        )
+        for d in _INTS
+    ]
+
+
+def _common_cases(prefix, prim, expect):
+    return [
+        case(
+            f"{prefix}_last",
+            lambda x: prim.bind(x, axis=1, reverse=False),
+            [("B", 6)],
+            expect=expect,
+        ),
+        case(f"{prefix}_axis0", lambda x: prim.bind(x, axis=0, reverse=False), [(5, "B")]),
+        case(f"{prefix}_reverse", lambda x: prim.bind(x, axis=1, reverse=True), [("B", 7)]),
+        case(f"{prefix}_middle", lambda x: prim.bind(x, axis=1, reverse=True), [(2, 9, 3)]),
+        case(f"{prefix}_one", lambda x: prim.bind(x, axis=0, reverse=False), [(1, 3)]),
+    ]
+
+
+_NAN_ROW = np.array([[1.0, -2.0, np.nan, 4.0, -np.inf, 0.5], [np.inf, 1.0, -np.inf, 2.0, 3.0, 0.0]])
+
+
+@rules.lowering(
+    lax.cumsum_p,
+    cases=[
+        *_common_cases("cumsum", lax.cumsum_p, ["CumSum:Bx6"]),
+        case("cumsum_jnp_int8", lambda x: jnp.cumsum(x, axis=0), [_int_edge(np.int8)]),
+        case("cumsum_nan", _cum(lax.cumsum_p, axis=1, reverse=True), [_NAN_ROW]),
+        case("cumsum_symbolic_axis", _cum(lax.cumsum_p, axis=0, reverse=True), [("B", 3)]),
+        *_int_cases("cumsum", lax.cumsum_p),
+    ],
+)
+def cumsum(ctx, x, *, axis, reverse):
+    """CumSum; narrow and unsigned ints summed in int32/int64 and cast back (wraps as JAX)."""
+    dtype = _dtype(ctx)
+    wide = _CUMSUM_WIDE.get(dtype)
+    y = x if wide is None else cast(ctx, x, wide)
+    y = ctx.op.CumSum(y, i64(ctx, axis), reverse=1 if reverse else None)
+    return y if wide is None else cast(ctx, y, dtype)
+
+
+@rules.lowering(
+    lax.cumprod_p,
+    cases=[
+        *_common_cases("cumprod", lax.cumprod_p, ["Pad -> Mul", "Mul:Bx6"]),
+        case("cumprod_jnp_bool", lambda x: jnp.cumprod(x, axis=1), [(3, 5)], dtypes=[np.bool_]),
+        case("cumprod_nan", _cum(lax.cumprod_p, axis=1, reverse=False), [_NAN_ROW]),
+        *_int_cases("cumprod", lax.cumprod_p),
+    ],
+)
+def cumprod(ctx, x, *, axis, reverse):
+    """Log-step scan with Mul (identity 1); see the module docstring."""
+    return _scan(ctx, x, axis, reverse, ctx.op.Mul, 1)
+
+
+def _lowest(dtype):
+    dtype = np.dtype(dtype)
+    return -np.inf if np.issubdtype(dtype, np.floating) else np.iinfo(dtype).min
+
+
+def _highest(dtype):
+    dtype = np.dtype(dtype)
+    return np.inf if np.issubdtype(dtype, np.floating) else np.iinfo(dtype).max
+
+
+@rules.lowering(
+    lax.cummax_p,
+    cases=[
+        *_common_cases("cummax", lax.cummax_p, ["Pad -> Max", "Max:Bx6"]),
+        case("cummax_nan", _cum(lax.cummax_p, axis=1, reverse=False), [_NAN_ROW]),
+        *_int_cases("cummax", lax.cummax_p),
+    ],
+)
+def cummax(ctx, x, *, axis, reverse):
+    """Log-step scan with Max (identity: the dtype's lowest value); Max propagates NaN as JAX."""
+    return _scan(ctx, x, axis, reverse, ctx.op.Max, _lowest(_dtype(ctx)))
+
+
+@rules.lowering(
+    lax.cummin_p,
+    cases=[
+        *_common_cases("cummin", lax.cummin_p, ["Pad -> Min", "Min:Bx6"]),
+        case("cummin_nan", _cum(lax.cummin_p, axis=1, reverse=True), [_NAN_ROW]),
+        *_int_cases("cummin", lax.cummin_p),
+    ],
+)
+def cummin(ctx, x, *, axis, reverse):
+    """Log-step scan with Min (identity: the dtype's highest value); Min propagates NaN as JAX."""
+    return _scan(ctx, x, axis, reverse, ctx.op.Min, _highest(_dtype(ctx)))
+
+
+@rules.lowering(
+    lax.cumlogsumexp_p,
+    cases=[
+        *_common_cases("cumlogsumexp", lax.cumlogsumexp_p, ["Pad -> Sub -> Abs", "Where:Bx6"]),
+        case("cumlogsumexp_inf_nan", _cum(lax.cumlogsumexp_p, axis=1, reverse=False), [_NAN_ROW]),
+        case(
+            "cumlogsumexp_large",
+            _cum(lax.cumlogsumexp_p, axis=0, reverse=True),
+            [(8, 3)],
+            input_range=(-300.0, 300.0),
+        ),
+    ],
+)
+def cumlogsumexp(ctx, x, *, axis, reverse):
+    """Log-step scan with a stable logaddexp (identity -inf), as JAX's ``logaddexp``.
+
+    ``combine(a, b) = max(a, b) + log1p(exp(-|a - b|))``, and ``a + b`` where
+    ``a - b`` is NaN (both infinite of one sign, or a NaN). ONNX has no Log1p:
+    ``log1p(u) = log(w) * u / (w - 1)`` with ``w = 1 + u`` (exact to rounding),
+    and ``u`` where ``w == 1``.
+    """
+    dtype = _dtype(ctx)
+    one = _const(ctx, 1, dtype)
+
+    def logaddexp(a, b):
+        delta = ctx.op.Sub(a, b)
+        u = ctx.op.Exp(ctx.op.Neg(ctx.op.Abs(delta)))
+        w = ctx.op.Add(one, u)
+        spread = ctx.op.Sub(w, one)
+        log1p = ctx.op.Where(
+            ctx.op.Equal(spread, _const(ctx, 0, dtype)),
+            u,
+            ctx.op.Div(ctx.op.Mul(ctx.op.Log(w), u), spread),
+        )
+        finite = ctx.op.Add(ctx.op.Max(a, b), log1p)
+        return ctx.op.Where(ctx.op.IsNaN(delta), ctx.op.Add(a, b), finite)
+
+    return _scan(ctx, x, axis, reverse, logaddexp, -np.inf)

@@ -5,15 +5,18 @@ from __future__ import annotations
 from jax2onnx.plugin import Rules, hookimpl
 from jax2onnx_lax import (  # noqa: F401 - importing a family module registers its rules
     binary,
+    bitwise,
     control_flow,
     conv,
     cumulative,
     dot,
+    gather,
     indexing,
     reduction,
     scatter,
     shape,
     sort,
+    special,
     types,
     unary,
     windows,

@@ -1,8 +1,10 @@
-"""Shape primitives: broadcast, reshape, transpose, squeeze, concatenate, slice, iota."""
+"""Shape primitives: broadcast, reshape, transpose, squeeze, concatenate, split, slice, pad,
+rev, iota."""
 
 from __future__ import annotations
 
 import jax.numpy as jnp
+import ml_dtypes
 import numpy as np
 from jax import lax
 
@@ -30,6 +32,9 @@ def _axes(ctx, axes):
         case("scalar", lambda x: lax.broadcast_in_dim(x, (2, 2), ()), [()]),
         case("symbolic_batch", lambda x: jnp.broadcast_to(x, (x.shape[0], 4, 3)), [("B", 1, 3)]),
         case("expand_dims", lambda x: lax.expand_dims(x, (0, 2)), [("B", 3)], counts={"Expand": 0}),
+        case("jnp_expand_dims", lambda x: jnp.expand_dims(x, -1), [(2, 3)], expect=["Unsqueeze"]),
+        case("int8", lambda x: jnp.broadcast_to(x, (2, 3)), [(3,)], dtypes=[np.int8]),
+        case("bool", lambda x: lax.broadcast_in_dim(x, (3, 2), (0,)), [(3,)], dtypes=[np.bool_]),
     ],
 )
 def broadcast_in_dim(ctx, x, *dyn_shape, shape, broadcast_dimensions, **_):
@@ -85,18 +90,40 @@ def _same(a, b) -> bool:
         ),
         case("static", lambda x: lax.reshape(x, (6, 2)), [(3, 4)], counts={"Shape": 0}),
         case("merge_symbolic", lambda x: x.reshape(-1, 4), [("B", "T", 4)]),
+        case(
+            "keep_symbolic",
+            lambda x: x.reshape(x.shape[0], x.shape[1], 2, 2),
+            [("B", "T", 4)],
+            counts={"Shape": 0},
+        ),
+        case("dimensions", lambda x: lax.reshape(x, (4, 6), (2, 0, 1)), [(2, 3, 4)]),
+        case(
+            "dimensions_symbolic", lambda x: lax.reshape(x, (x.shape[0] * 3,), (1, 0)), [("B", 3)]
+        ),
+        case("int", lambda x: lax.reshape(x, (3, 2)), [(2, 3)], dtypes=[np.int32]),
+        case("bool", lambda x: lax.reshape(x, (6,)), [(2, 3)], dtypes=[np.bool_]),
+        case("to_scalar", lambda x: lax.reshape(x, ()), [(1, 1)], counts={"Shape": 0}),
     ],
 )
 def reshape(ctx, x, *dyn_shape, new_sizes, dimensions, **_):
-    """One Reshape; a single symbolic size becomes -1, so no shape arithmetic is emitted."""
+    """One Reshape with a constant target where it can be: a symbolic size equal to the
+    input's size at the same axis is copied (0), one other symbolic size becomes -1;
+    only more symbolic sizes need shape arithmetic. ``dimensions`` is a Transpose first."""
+    in_shape = ctx.avals_in[0].shape
     if dimensions is not None:
         x = ctx.op.Transpose(x, perm=list(dimensions))
-    symbolic = [i for i, d in enumerate(new_sizes) if is_symbolic(d)]
-    if len(symbolic) == 1 and all(int(d) > 0 for d in new_sizes if not is_symbolic(d)):
-        target = [-1 if is_symbolic(d) else int(d) for d in new_sizes]
-        return ctx.op.Reshape(x, ctx.const(np.asarray(target, _I64)))
-    allowzero = 1 if any(not is_symbolic(d) and int(d) == 0 for d in new_sizes) else None
-    return ctx.op.Reshape(x, ctx.shape(new_sizes), allowzero=allowzero)
+        in_shape = [in_shape[d] for d in dimensions]
+    if any(not is_symbolic(d) and int(d) == 0 for d in new_sizes):
+        return ctx.op.Reshape(x, ctx.shape(new_sizes), allowzero=1)
+    target = [
+        0 if is_symbolic(d) and i < len(in_shape) and _same(d, in_shape[i]) else d
+        for i, d in enumerate(new_sizes)
+    ]
+    symbolic = [i for i, d in enumerate(target) if is_symbolic(d)]
+    if len(symbolic) > 1:
+        return ctx.op.Reshape(x, ctx.shape(new_sizes))
+    target = [-1 if is_symbolic(d) else int(d) for d in target]
+    return ctx.op.Reshape(x, ctx.const(np.asarray(target, _I64)))
 
 
 @rules.lowering(
@@ -107,7 +134,9 @@ def reshape(ctx, x, *dyn_shape, new_sizes, dimensions, **_):
             lambda x: lax.transpose(x, (2, 0, 1)),
             [("B", 3, 4)],
             expect=["Transpose:4xBx3"],
-        )
+        ),
+        case("int8", lambda x: x.T, [(2, 3)], dtypes=[np.int8]),
+        case("bool", lambda x: lax.transpose(x, (1, 0, 2)), [(2, 3, 1)], dtypes=[np.bool_]),
     ],
 )
 def transpose(ctx, x, *, permutation):
@@ -116,7 +145,11 @@ def transpose(ctx, x, *, permutation):
 
 @rules.lowering(
     lax.squeeze_p,
-    cases=[case("squeeze", lambda x: lax.squeeze(x, (1,)), [("B", 1, 3)], expect=["Squeeze:Bx3"])],
+    cases=[
+        case("squeeze", lambda x: lax.squeeze(x, (1,)), [("B", 1, 3)], expect=["Squeeze:Bx3"]),
+        case("squeeze_all", lambda x: lax.squeeze(x, (0, 1)), [(1, 1)], dtypes=[np.int32]),
+        case("squeeze_bool", lambda x: jnp.squeeze(x, -1), [(2, 1)], dtypes=[np.bool_]),
+    ],
 )
 def squeeze(ctx, x, *, dimensions):
     return ctx.op.Squeeze(x, _axes(ctx, dimensions))
@@ -136,6 +169,13 @@ def squeeze(ctx, x, *, dimensions):
             lambda a, b, c: jnp.concatenate([a, b, c]),
             [np.array([1], np.int32), np.array([2, 3], np.int32), np.array([4], np.int32)],
         ),
+        case(
+            "concat_bool_symbolic",
+            lambda a, b: lax.concatenate([a, b], 0),
+            [("B", 2), (1, 2)],
+            dtypes=[np.bool_, np.bool_],
+        ),
+        case("concat_uint8", lambda a: jnp.concatenate([a, a], -1), [(2, 3)], dtypes=[np.uint8]),
     ],
 )
 def concatenate(ctx, *xs, dimension):
@@ -170,6 +210,121 @@ def slice_(ctx, x, *, start_indices, limit_indices, strides):
 
 
 @rules.lowering(
+    lax.split_p,
+    min_opset=13,
+    cases=[
+        case("split", lambda x: lax.split(x, (1, 2, 1), axis=1), [("B", 4)], expect=["Split"]),
+        case("split_first", lambda x: jnp.split(x, 2), [(4, 3)]),
+        case("split_empty_piece", lambda x: lax.split(x, (0, 3), axis=0), [(3,)]),
+        case("split_int8", lambda x: lax.split(x, (2, 1), axis=1), [(2, 3)], dtypes=[np.int8]),
+        case("split_bool", lambda x: lax.split(x, (2, 1), axis=0), [(3, 2)], dtypes=[np.bool_]),
+    ],
+)
+def split(ctx, x, *, sizes, axis):
+    """One Split with the sizes as an input (opset 13 and newer)."""
+    if len(sizes) == 1:
+        return [ctx.op.Identity(x)]
+    return list(ctx.op.Split(x, ctx.shape(sizes), axis=axis, _outputs=len(sizes)))
+
+
+def _pad_case(name, value, config, dtype):
+    return case(name, lambda x: lax.pad(x, value, config), [(2,) * len(config)], dtypes=[dtype])
+
+
+_WIDER = {np.dtype(np.int16): np.int32, np.dtype(np.uint16): np.int32}  # no ORT Pad kernel
+
+
+@rules.lowering(
+    lax.pad_p,
+    cases=[
+        case("pad", lambda x: jnp.pad(x, ((1, 2), (0, 1))), [("B", 3)], expect=["Pad"]),
+        case(
+            "crop",
+            lambda x: lax.pad(x, 0.0, ((-1, 1, 0), (2, -2, 0))),
+            [(4, 5)],
+            counts={"Reshape": 0},
+        ),
+        case("interior", lambda x: lax.pad(x, -1.0, ((1, 2, 2), (0, 0, 1))), [("B", 4)]),
+        case("interior_crop", lambda x: lax.pad(x, 0.0, ((-2, -1, 3), (-1, 0, 1))), [(3, 4)]),
+        case("value_operand", lambda x, v: lax.pad(x, v, ((0, 1, 1),)), [(3,), ()]),
+        _pad_case("int8", np.int8(7), ((1, 0, 1),), np.int8),
+        _pad_case("int16", np.int16(7), ((1, -1, 2),), np.int16),
+        _pad_case("uint16", np.uint16(7), ((2, 1, 0),), np.uint16),
+        _pad_case("bool", True, ((1, 1, 1), (0, 0, 0)), np.bool_),
+        case("empty", lambda x: lax.pad(x, 1.0, ((1, 1, 2),)), [(0,)]),
+    ],
+)
+def pad(ctx, x, value, *, padding_config):
+    """Interior padding first, then one Pad whose negative pads crop.
+
+    ONNX Pad has no interior padding: each axis with interior ``i`` gets a new axis
+    of size 1 after it (Unsqueeze), padded high by ``i`` with the padding value
+    (one Pad for all such axes), then merged back (Reshape). That leaves ``i``
+    extra values at the end of the axis, which the final Pad removes with its
+    negative high pad together with JAX's own low/high padding.
+    """
+    dtype = np.dtype(ctx.avals_in[0].dtype)
+    wide = _WIDER.get(dtype)
+    if wide is not None:
+        x = ctx.op.Cast(x, to=onnx_dtype(wide))
+        value = ctx.op.Cast(value, to=onnx_dtype(wide))
+    shape = ctx.avals_in[0].shape
+    lows, highs, spread = [], [], []
+    for axis, (lo, hi, interior) in enumerate(padding_config):
+        grows = interior > 0 and (is_symbolic(shape[axis]) or int(shape[axis]) > 0)
+        spread.append(axis if grows else None)
+        lows.append(lo)
+        highs.append(hi - interior if grows else hi)
+    spread = [a for a in spread if a is not None]
+    if spread:
+        x = _interior(ctx, x, value, shape, spread, padding_config)
+    if any(lows) or any(highs):
+        x = ctx.op.Pad(x, ctx.const(np.asarray(lows + highs, _I64)), value)
+    elif not spread:
+        x = ctx.op.Identity(x)
+    return x if wide is None else ctx.op.Cast(x, to=onnx_dtype(dtype))
+
+
+def _interior(ctx, x, value, shape, spread, padding_config):
+    rank = len(shape)
+    positions = [a + 1 + k for k, a in enumerate(spread)]
+    y = ctx.op.Unsqueeze(x, _axes(ctx, positions))
+    pads = [0] * (2 * (rank + len(spread)))
+    for k, a in enumerate(spread):
+        pads[rank + len(spread) + positions[k]] = padding_config[a][2]
+    y = ctx.op.Pad(y, ctx.const(np.asarray(pads, _I64)), value)
+    merged = [d * (1 + padding_config[a][2]) if a in spread else d for a, d in enumerate(shape)]
+    symbolic = [d for d in merged if is_symbolic(d)]
+    if len(symbolic) > 1:
+        return ctx.op.Reshape(y, ctx.shape(merged))
+    target = [-1 if is_symbolic(d) else int(d) for d in merged]
+    return ctx.op.Reshape(y, ctx.const(np.asarray(target, _I64)))
+
+
+@rules.lowering(
+    lax.rev_p,
+    cases=[
+        case("rev", lambda x: lax.rev(x, (0, 1)), [("B", 3)], expect=["Slice"]),
+        case("rev_last", lambda x: jnp.flip(x, -1), [(2, 3, 4)], counts={"Shape": 0}),
+        case("rev_int", lambda x: lax.rev(x, (0,)), [(5,)], dtypes=[np.int32]),
+        case("rev_bool", lambda x: lax.rev(x, (1,)), [(2, 3)], dtypes=[np.bool_]),
+        case("rev_none", lambda x: lax.rev(x, ()), [(3,)]),
+    ],
+)
+def rev(ctx, x, *, dimensions):
+    """One Slice with step -1 from the last element (-1) past the first (int64 min)."""
+    if not dimensions:
+        return ctx.op.Identity(x)
+    n = len(dimensions)
+    starts = ctx.const(np.full(n, -1, _I64))
+    ends = ctx.const(np.full(n, np.iinfo(_I64).min, _I64))
+    return ctx.op.Slice(x, starts, ends, _axes(ctx, dimensions), ctx.const(np.full(n, -1, _I64)))
+
+
+_IOTA_DTYPES = [np.int8, np.uint8, np.int16, np.uint32, np.float16, ml_dtypes.bfloat16]
+
+
+@rules.lowering(
     lax.iota_p,
     cases=[
         case("arange", lambda x: x + jnp.arange(5, dtype=jnp.float32), [(5,)]),
@@ -179,22 +334,64 @@ def slice_(ctx, x, *, start_indices, limit_indices, strides):
             [np.zeros((3, 4), np.int32)],
         ),
         case("symbolic", lambda x: x * jnp.arange(x.shape[0], dtype=x.dtype)[:, None], [("B", 3)]),
+        case(
+            "symbolic_middle",
+            lambda x: x + lax.broadcasted_iota(np.int32, (2, x.shape[1], 3), 1),
+            [(2, "B", 3)],
+            dtypes=[np.int32],
+        ),
+        case("symbolic_int64", lambda x: x + jnp.arange(x.shape[0]), [("B",)], variants=["f64"]),
+        *[
+            case(
+                f"iota_{np.dtype(d).name}",
+                lambda x, d=d: x + lax.broadcasted_iota(d, (2, 300), 1).astype(np.float32),
+                [(2, 300)],
+                variants=["f32"],
+            )
+            for d in _IOTA_DTYPES
+        ],
+        *[
+            case(
+                f"symbolic_{np.dtype(d).name}",
+                lambda x, d=d: x + lax.broadcasted_iota(d, (x.shape[0], 2), 0).astype(np.float32),
+                [("B", 2)],
+                variants=["f32"],
+            )
+            for d in _IOTA_DTYPES
+        ],
     ],
 )
 def iota(ctx, *dyn, dtype, shape, dimension, **_):
-    """A constant when the shape is static; otherwise Range, Unsqueeze and Expand."""
+    """A constant when the shape is static; otherwise Range, Unsqueeze, Expand, Cast.
+
+    Everything runs in int64 (ORT has no Expand for bfloat16) and the final Cast
+    converts like JAX (int8 wraps, floats round to nearest).
+    """
     if not any(is_symbolic(d) for d in shape):
-        ramp = np.arange(int(shape[dimension]), dtype=dtype)
+        ramp = np.arange(int(shape[dimension]), dtype=np.int64).astype(dtype)
         view = [1] * len(shape)
         view[dimension] = int(shape[dimension])
         return ctx.const(np.broadcast_to(ramp.reshape(view), tuple(int(d) for d in shape)).copy())
-    compute = np.int64 if np.issubdtype(np.dtype(dtype), np.integer) else np.float32
-    limit = ctx.op.Cast(ctx.op.Squeeze(ctx.dim(shape[dimension])), to=onnx_dtype(compute))
-    ramp = ctx.op.Range(np.asarray(0, compute), limit, np.asarray(1, compute))
-    if np.dtype(compute) != np.dtype(dtype):
-        ramp = ctx.op.Cast(ramp, to=onnx_dtype(dtype))
+    limit = ctx.op.Squeeze(ctx.dim(shape[dimension]))
+    ramp = ctx.op.Range(np.asarray(0, _I64), limit, np.asarray(1, _I64))
     others = [i for i in range(len(shape)) if i != dimension]
     if others:
         ramp = ctx.op.Unsqueeze(ramp, _axes(ctx, others))
         ramp = ctx.op.Expand(ramp, ctx.shape(shape))
+    if np.dtype(dtype) != np.int64:
+        ramp = ctx.op.Cast(ramp, to=onnx_dtype(dtype))
     return ramp
+
+
+@rules.lowering(
+    "dim_as_value",
+    cases=[
+        case("mean_over_batch", lambda x: jnp.mean(x, axis=0), [("B", 3)]),
+        case("scale_by_size", lambda x: x * x.shape[0], [("B", 2)]),
+        case("expression", lambda x: x + (2 * x.shape[0] + 1), [("B",)], dtypes=[np.int32]),
+    ],
+)
+def dim_as_value(ctx, *, dim):
+    """A (symbolic) dimension used as a number: its int64 value, squeezed and cast."""
+    value = ctx.op.Squeeze(ctx.dim(dim), ctx.const(np.asarray([0], np.int64)))
+    return ctx.op.Cast(value, to=onnx_dtype(ctx.avals_out[0].dtype))

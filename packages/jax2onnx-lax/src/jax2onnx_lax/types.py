@@ -1,50 +1,243 @@
-"""Type conversion and the primitives that only matter to JAX (copies, barriers)."""
+"""Type conversion, bit casts, and the primitives that only matter to JAX (copies, barriers)."""
 
 from __future__ import annotations
 
+import jax
+import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
 from jax2onnx.dtypes import onnx_dtype
 from jax2onnx.plugin import case
 from jax2onnx_lax._rules import rules
+from jax2onnx_lax._util import cast, i64
+from jax2onnx_lax.binary import _edges, where
+
+_BF16 = np.dtype(jnp.bfloat16)
+_FLOATS = (np.float16, _BF16, np.float32, np.float64)
+_INTS = (np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32, np.uint64)
 
 
-@rules.lowering(
+@rules.lowering(lax.convert_element_type_p)
+def convert_element_type(ctx, x, *, new_dtype, **_):
+    """convert_element_type -> Cast. float -> int saturates like XLA on CPU (NaN -> 0,
+    out-of-range -> the type's min or max): Cast is undefined there, so only in-range values
+    reach it and Where patches the rest. Cast truncates toward zero; float -> bool is
+    ``x != 0`` (NaN -> True) as Cast does; int -> int wraps in both."""
+    src, dst = np.dtype(ctx.avals_in[0].dtype), np.dtype(new_dtype)
+    if src == dst:
+        return ctx.op.Identity(x)
+    if not (src.kind == "f" or src == _BF16) or dst.kind not in "iu":
+        return cast(ctx, x, dst)
+    if src.itemsize < 4:
+        x, src = cast(ctx, x, np.float32), np.dtype(np.float32)
+    info = np.iinfo(dst)
+    lo, hi = np.asarray(info.min, src), np.asarray(float(info.max) + 1, src)  # powers of two
+    above, below = ctx.op.GreaterOrEqual(x, hi), ctx.op.Less(x, lo)
+    in_range = ctx.op.And(ctx.op.GreaterOrEqual(x, lo), ctx.op.Less(x, hi))
+    out = cast(ctx, ctx.op.Where(in_range, x, np.zeros((), src)), dst)
+    out = where(ctx, below, np.asarray(info.min, dst), out, dst)
+    return where(ctx, above, np.asarray(info.max, dst), out, dst)
+
+
+def _unsigned(dtype) -> np.dtype:
+    return np.dtype(f"u{np.dtype(dtype).itemsize}")
+
+
+def _bitcast_same_width(ctx, x, src, dst):
+    """A bit reinterpretation: Cast between integers of one width, else BitCast (opset 26)."""
+    if src == dst:
+        return x
+    if src.kind in "iu" and dst.kind in "iu":
+        return cast(ctx, x, dst)
+    if ctx.opset < 26:
+        raise ctx.error(
+            f"bitcast {src} -> {dst} needs ONNX BitCast (opset 26); pass opset=26 to to_onnx"
+        )
+    return ctx.op.BitCast(x, to=onnx_dtype(dst))
+
+
+_SHIFTABLE = {1: np.uint8, 2: np.uint32, 4: np.uint32, 8: np.uint64}  # ORT BitShift dtypes
+
+
+@rules.lowering(lax.bitcast_convert_type_p)
+def bitcast_convert_type(ctx, x, *, new_dtype):
+    """bitcast_convert_type -> Cast between same-width integers (two's complement keeps the
+    bits), BitCast (opset 26) for floats. Width changes split or join the unsigned bit
+    pattern little-endian with BitShift, Cast and BitwiseOr (Concat / Split on the last axis),
+    as XLA on CPU lays the bytes out."""
+    src, dst = np.dtype(ctx.avals_in[0].dtype), np.dtype(new_dtype)
+    if src.itemsize == dst.itemsize:
+        return _bitcast_same_width(ctx, x, src, dst)
+    narrow, wide = sorted((src, dst), key=lambda d: d.itemsize)
+    ratio, step = wide.itemsize // narrow.itemsize, 8 * narrow.itemsize
+    shift_dtype = np.dtype(_SHIFTABLE[wide.itemsize])
+    if src == wide:
+        bits = cast(ctx, _bitcast_same_width(ctx, x, src, _unsigned(src)), shift_dtype)
+        pieces = []
+        for i in range(ratio):
+            k = np.asarray(step * i, shift_dtype)
+            piece = cast(ctx, ctx.op.BitShift(bits, k, direction="RIGHT"), _unsigned(narrow))
+            pieces.append(ctx.op.Unsqueeze(piece, i64(ctx, [-1])))
+        joined = ctx.op.Concat(*pieces, axis=-1)
+        return _bitcast_same_width(ctx, joined, _unsigned(narrow), dst)
+    bits = _bitcast_same_width(ctx, x, src, _unsigned(src))
+    pieces = ctx.op.Split(bits, axis=-1, num_outputs=ratio, _outputs=ratio)
+    result = None
+    for i, piece in enumerate(pieces):
+        piece = cast(ctx, ctx.op.Squeeze(piece, i64(ctx, [-1])), shift_dtype)
+        piece = ctx.op.BitShift(piece, np.asarray(step * i, shift_dtype), direction="LEFT")
+        result = piece if result is None else ctx.op.BitwiseOr(result, piece)
+    return _bitcast_same_width(ctx, cast(ctx, result, _unsigned(dst)), _unsigned(dst), dst)
+
+
+@rules.lowering(lax.stop_gradient_p, lax.copy_p)
+def identity(ctx, x, **_):
+    """stop_gradient and copy matter only to JAX (autodiff, buffers): Identity."""
+    return ctx.op.Identity(x)
+
+
+@rules.lowering(lax.optimization_barrier_p, lax.device_put_p)
+def identities(ctx, *xs, **_):
+    """optimization_barrier and device_put (several operands) only matter to XLA: Identity."""
+    return [ctx.op.Identity(x) for x in xs]
+
+
+@rules.lowering("empty")
+def empty(ctx, *_, shape, dtype, **__):
+    """lax.empty -> zeros (what XLA on CPU gives) by Expand of a scalar (no large constant)."""
+    return ctx.op.Expand(np.zeros((), dtype), ctx.shape(shape))
+
+
+# ---------------------------------------------------------------- cases
+
+_FLOAT_VALUES = [
+    *(np.nan, np.inf, -np.inf, 0.0, -0.0, 0.5, -0.5, 1.5, -1.9, 2.5, 1e30, -1e30),
+    *(127.5, 128.0, -128.5, -129.0, 255.9, 256.0, -1.0, 32767.5, 32768.0, -32769.0, 65535.5),
+    *(65536.0, 2.0**31 - 128, 2.0**31, -(2.0**31), -(2.0**31) - 1e3, 4e9, 2.0**32, 1e19),
+    *(-1e19, 2.0**63, -(2.0**63), 2.0**64, 1e300),
+]
+
+
+def _values(dtype) -> np.ndarray:
+    """Inputs exercising a conversion from ``dtype``: edges, NaN, out-of-range values."""
+    dtype = np.dtype(dtype)
+    if dtype == np.bool_:
+        return np.array([True, False])
+    if dtype.kind in "iu":
+        return _edges(dtype)
+    with np.errstate(over="ignore"):
+        return np.array(_FLOAT_VALUES, np.float64).astype(dtype)
+
+
+def _convert_case(src, dst):
+    src, dst = np.dtype(src), np.dtype(dst)
+    name = f"{src.name}_to_{dst.name}"
+    fed = np.dtype(np.float32) if src == _BF16 else src  # ORT cannot feed bfloat16
+
+    def fn(x):
+        y = lax.convert_element_type(lax.convert_element_type(x, src), dst)
+        return y.astype(jnp.float32) if dst == _BF16 else y
+
+    wide = 8 in (src.itemsize, dst.itemsize, fed.itemsize)
+    return case(name, fn, [_values(fed)], variants=["f64" if wide else "f32"])
+
+
+_ALL = (np.bool_, *_INTS, *_FLOATS)
+rules.add_cases(
     lax.convert_element_type_p,
-    cases=[
+    [
         case(
-            "f32_to_i32",
+            "f32_to_i32_symbolic",
             lambda x: lax.convert_element_type(x, np.int32),
             [("B", 4)],
             input_range=(-5.0, 5.0),
         ),
+        case("weak_type_only", lambda x: x * 2, [(3,)], dtypes=[np.int8]),
+        *[_convert_case(s, d) for s in _ALL for d in _ALL if np.dtype(s) != np.dtype(d)],
         case(
-            "i32_to_f32",
-            lambda x: lax.convert_element_type(x, np.float32),
-            [np.array([1, -2, 3], np.int32)],
-        ),
-        case(
-            "f32_to_bool",
+            "float32_subnormal_to_bool",
             lambda x: lax.convert_element_type(x, np.bool_),
-            [np.array([0.0, 1.5, -0.0, np.nan], np.float32)],
-        ),
-        case(
-            "bool_to_f32",
-            lambda x: lax.convert_element_type(x, np.float32),
-            [np.array([True, False])],
+            [np.array([1e-40, -1e-45], np.float32)],
+            variants=["f32"],
+            xfail="XLA on CPU flushes float32 subnormals to zero, so JAX gives False; "
+            "ONNX Runtime keeps them (x != 0 is True). A platform flag, not semantics",
         ),
     ],
 )
-def convert_element_type(ctx, x, *, new_dtype, **_):
-    """convert_element_type -> Cast (float->int truncates toward zero, as in JAX)."""
-    return ctx.op.Cast(x, to=onnx_dtype(new_dtype))
 
 
-@rules.lowering(
-    lax.stop_gradient_p,
-    cases=[case("stop_gradient", lambda x: lax.stop_gradient(x) * 2.0, [("B", 3)])],
+def _bitcast_case(name, src_values, dst, *, opset=None, **kw):
+    src_values = np.asarray(src_values)
+    wide = 8 in (src_values.dtype.itemsize, np.dtype(dst).itemsize)
+    return case(
+        name,
+        lambda x: lax.bitcast_convert_type(x, dst),
+        [src_values],
+        variants=["f64" if wide else "f32"],
+        opset=opset,
+        **kw,
+    )
+
+
+_F32_BITS = np.array([1.5, -2.0, np.nan, -np.inf, 0.0, -0.0, 1e-40, 3.4e38], np.float32)
+_F16_BITS = np.array([1.5, -2.0, np.nan, -np.inf, 0.0, -0.0, 1e-7, 65504.0], np.float16)
+rules.add_cases(
+    lax.bitcast_convert_type_p,
+    [
+        _bitcast_case("i32_to_u32", _edges(np.int32), np.uint32, counts={"BitCast": 0}),
+        _bitcast_case("u8_to_i8", _edges(np.uint8), np.int8),
+        _bitcast_case("i16_to_u16", _edges(np.int16), np.uint16),
+        _bitcast_case("u64_to_i64", _edges(np.uint64), np.int64),
+        _bitcast_case("f32_to_i32", _F32_BITS, np.int32, opset=26, expect=["BitCast"]),
+        _bitcast_case("i32_to_f32", _edges(np.int32), np.float32, opset=26),
+        _bitcast_case("f64_to_u64", _F32_BITS.astype(np.float64), np.uint64, opset=26),
+        _bitcast_case("f16_to_i16", _F16_BITS, np.int16, opset=26),
+        _bitcast_case("u16_to_f16", _edges(np.uint16), np.float16, opset=26),
+        _bitcast_case("i32_to_u8", _edges(np.int32), np.uint8),
+        _bitcast_case("u8x4_to_i32", _edges(np.uint8)[:4].reshape(1, 4), np.int32),
+        _bitcast_case("i16_to_i8", _edges(np.int16).reshape(-1, 1), np.int8),
+        _bitcast_case("i8x2_to_u16", _edges(np.int8)[:10].reshape(5, 2), np.uint16),
+        _bitcast_case("i64_to_i16", _edges(np.int64), np.int16),
+        _bitcast_case("u16x4_to_u64", _edges(np.uint16)[:4].reshape(1, 4), np.uint64),
+        _bitcast_case("i32_to_u16", _edges(np.int32), np.uint16),
+        _bitcast_case("f32_to_u8", _F32_BITS, np.uint8, opset=26),
+        _bitcast_case(
+            "u8x4_to_f32", np.arange(16, dtype=np.uint8).reshape(4, 4), np.float32, opset=26
+        ),
+        _bitcast_case("f64_to_u32", _F32_BITS.astype(np.float64), np.uint32, opset=26),
+    ],
 )
-def stop_gradient(ctx, x, **_):
-    """stop_gradient matters only to autodiff: Identity (removed by the passes)."""
-    return ctx.op.Identity(x)
+rules.add_cases(
+    lax.stop_gradient_p,
+    [
+        case("stop_gradient", lambda x: lax.stop_gradient(x) * 2.0, [("B", 3)]),
+        case("stop_gradient_int", lax.stop_gradient, [np.array([1, -2], np.int8)]),
+    ],
+)
+rules.add_cases(lax.copy_p, [case("copy", lambda x: jnp.copy(x) + 1, [("B", 3)])])
+rules.add_cases(
+    lax.device_put_p,
+    [
+        case("device_put", lambda x: jax.device_put(x) * 2, [("B", 3)]),
+        case("device_put_pair", lambda x, y: jax.device_put((x, y)), [(3,), np.array([True])]),
+    ],
+)
+rules.add_cases(
+    lax.optimization_barrier_p,
+    [
+        case(
+            "barrier_pair",
+            lambda x, y: lax.optimization_barrier((x, y + 1)),
+            [("B", 3), np.array([1, 2], np.uint16)],
+        ),
+    ],
+)
+rules.add_cases(
+    "empty",
+    [
+        case("empty", lambda x: x + lax.empty((2, 3), x.dtype), [(2, 3)]),
+        case("empty_uint16", lambda x: x + lax.empty((4,), x.dtype), [_edges(np.uint16)[:4]]),
+        case("empty_bool", lambda x: x | lax.empty((2,), np.bool_), [np.array([True, False])]),
+    ],
+)

@@ -1,28 +1,232 @@
-"""Unary math."""
+"""Unary math: elementwise ops, rounding, powers, nextafter and reduce_precision.
+
+Special functions (expm1, log1p, inverse trigonometric and hyperbolic functions, the erf
+family) live in :mod:`jax2onnx_lax.special`.
+"""
 
 from __future__ import annotations
 
 import numpy as np
 from jax import lax
 
+from jax2onnx.dtypes import onnx_dtype
 from jax2onnx.plugin import case
 from jax2onnx_lax._rules import rules
 
+_SIGNED = [np.int8, np.int16, np.int32]
+_UNSIGNED = [np.uint8, np.uint16, np.uint32]
+_EDGES = np.array([0.0, -0.0, 1.5, -2.5, np.inf, -np.inf, np.nan, 1e-30])
+
+
+def _int_cases(name, fn, dtypes, **extra):
+    """One case per integer dtype, and int64 under x64."""
+    cases = [case(f"{name}_{np.dtype(d).name}", fn, [(5,)], dtypes=[d], **extra) for d in dtypes]
+    cases.append(case(f"{name}_int64", fn, [(5,)], dtypes=[np.int64], variants=["f64"], **extra))
+    return cases
+
+
 rules.elementwise(
     {
-        lax.neg_p: "Neg",
+        lax.abs_p: "Abs",
+        lax.sign_p: "Sign",
+        lax.floor_p: "Floor",
+        lax.ceil_p: "Ceil",
         lax.exp_p: "Exp",
         lax.log_p: "Log",
+        lax.sqrt_p: "Sqrt",
+        lax.sin_p: "Sin",
+        lax.cos_p: "Cos",
         lax.tanh_p: "Tanh",
         lax.logistic_p: "Sigmoid",
     }
 )
 
-rules.add_cases(lax.neg_p, [case("neg", lax.neg, [("B", 3)], expect=["Neg:Bx3"])])
-rules.add_cases(lax.exp_p, [case("exp", lax.exp, [("B", 3)], expect=["Exp"])])
-rules.add_cases(lax.log_p, [case("log", lax.log, [("B", 3)], input_range=(0.1, 5.0))])
+# ONNX Runtime's integer Abs wraps abs(INT_MIN) to INT_MIN, as JAX does.
+_INT8_EDGES = np.array([-128, -1, 0, 1, 127], np.int8)
+rules.add_cases(
+    lax.abs_p,
+    [
+        case("abs", lax.abs, [("B", 3)], expect=["Abs:Bx3"]),
+        case("abs_edges", lax.abs, [_EDGES]),
+        case("abs_int8_min", lax.abs, [_INT8_EDGES]),
+        *_int_cases("abs", lax.abs, _SIGNED),
+    ],
+)
+rules.add_cases(
+    lax.sign_p,
+    [
+        case("sign", lax.sign, [("B", 3)], expect=["Sign"]),
+        case("sign_edges", lax.sign, [_EDGES]),
+        *_int_cases("sign", lax.sign, _SIGNED + _UNSIGNED),
+    ],
+)
+rules.add_cases(
+    lax.floor_p, [case("floor", lax.floor, [("B", 3)]), case("floor_edges", lax.floor, [_EDGES])]
+)
+rules.add_cases(
+    lax.ceil_p, [case("ceil", lax.ceil, [("B", 3)]), case("ceil_edges", lax.ceil, [_EDGES])]
+)
+rules.add_cases(
+    lax.exp_p,
+    [case("exp", lax.exp, [("B", 3)], expect=["Exp"]), case("exp_edges", lax.exp, [_EDGES])],
+)
+rules.add_cases(
+    lax.log_p,
+    [
+        case("log", lax.log, [("B", 3)], input_range=(0.1, 5.0)),
+        case("log_edges", lax.log, [np.array([0.0, -1.0, 1.0, np.inf, np.nan, 1e-30])]),
+    ],
+)
+rules.add_cases(
+    lax.sqrt_p,
+    [
+        case("sqrt", lax.sqrt, [("B", 3)], input_range=(0.0, 9.0), expect=["Sqrt"]),
+        case("sqrt_edges", lax.sqrt, [np.array([0.0, -0.0, -1.0, np.inf, np.nan, 1e-30])]),
+    ],
+)
+rules.add_cases(lax.sin_p, [case("sin", lax.sin, [("B", 3)], input_range=(-6.0, 6.0))])
+rules.add_cases(lax.cos_p, [case("cos", lax.cos, [("B", 3)], input_range=(-6.0, 6.0))])
 rules.add_cases(lax.tanh_p, [case("tanh", lax.tanh, [(3,)], expect=["Tanh:3"])])
-rules.add_cases(lax.logistic_p, [case("logistic", lax.logistic, [("B", 5)], expect=["Sigmoid"])])
+rules.add_cases(
+    lax.logistic_p,
+    [
+        case("logistic", lax.logistic, [("B", 5)], expect=["Sigmoid"]),
+        case("logistic_wide", lax.logistic, [(6,)], input_range=(-30.0, 30.0)),
+    ],
+)
+
+
+@rules.lowering(
+    lax.neg_p,
+    cases=[
+        case("neg", lax.neg, [("B", 3)], expect=["Neg:Bx3"]),
+        case("neg_int8_min", lax.neg, [_INT8_EDGES]),
+        *_int_cases("neg", lax.neg, _SIGNED),
+        *_int_cases("neg", lax.neg, _UNSIGNED)[:-1],
+        case("neg_uint64", lax.neg, [(5,)], dtypes=[np.uint64], variants=["f64"]),
+    ],
+)
+def neg(ctx, x, **_):
+    """neg -> Neg; unsigned integers (no Neg kernel) wrap as 0 - x like JAX."""
+    if np.issubdtype(ctx.avals_in[0].dtype, np.unsignedinteger):
+        return ctx.op.Sub(np.zeros((), ctx.avals_in[0].dtype), x)
+    return ctx.op.Neg(x)
+
+
+@rules.lowering(
+    lax.round_p,
+    cases=[
+        case(
+            "round_even",
+            lambda x: lax.round(x, lax.RoundingMethod.TO_NEAREST_EVEN),
+            [("B", 5)],
+            input_range=(-4.0, 4.0),
+            expect=["Round"],
+        ),
+        case(
+            "round_away",
+            lambda x: lax.round(x, lax.RoundingMethod.AWAY_FROM_ZERO),
+            [("B", 5)],
+            input_range=(-4.0, 4.0),
+        ),
+        case(
+            "round_even_ties",
+            lambda x: lax.round(x, lax.RoundingMethod.TO_NEAREST_EVEN),
+            [np.array([0.5, 1.5, 2.5, -0.5, -2.5, 0.49999997, np.inf, np.nan, 8388609.0])],
+        ),
+        case(
+            "round_away_ties",
+            lambda x: lax.round(x, lax.RoundingMethod.AWAY_FROM_ZERO),
+            [np.array([0.5, 1.5, 2.5, -0.5, -2.5, 0.49999997, np.inf, np.nan, 8388609.0])],
+        ),
+    ],
+)
+def round_(ctx, x, *, rounding_method):
+    """round -> Round (half to even); away from zero -> floor(|x|) + (frac >= 0.5), with sign.
+
+    ``floor(|x| + 0.5)`` would be wrong where ``|x| + 0.5`` rounds up (0.49999997); the
+    fraction ``|x| - floor(|x|)`` is exact.
+    """
+    if rounding_method == lax.RoundingMethod.TO_NEAREST_EVEN:
+        return ctx.op.Round(x)
+    dt = ctx.avals_in[0].dtype
+    a = ctx.op.Abs(x)
+    whole = ctx.op.Floor(a)
+    up = ctx.op.GreaterOrEqual(ctx.op.Sub(a, whole), np.asarray(0.5, dt))
+    r = ctx.op.Add(whole, ctx.op.Cast(up, to=onnx_dtype(dt)))
+    return ctx.op.Where(ctx.op.Less(x, np.asarray(0, dt)), ctx.op.Neg(r), r)
+
+
+@rules.lowering(
+    lax.is_finite_p,
+    cases=[
+        case("is_finite", lax.is_finite, [("B", 3)]),
+        case("is_finite_edges", lax.is_finite, [_EDGES]),
+    ],
+)
+def is_finite(ctx, x):
+    """is_finite -> Not(IsInf or IsNaN)."""
+    return ctx.op.Not(ctx.op.Or(ctx.op.IsInf(x), ctx.op.IsNaN(x)))
+
+
+@rules.lowering(
+    lax.exp2_p,
+    cases=[
+        case("exp2", lax.exp2, [("B", 5)], input_range=(-10.0, 10.0), expect=["Pow"]),
+        case("exp2_edges", lax.exp2, [np.array([0.0, 3.0, -3.0, np.inf, -np.inf, np.nan])]),
+    ],
+)
+def exp2(ctx, x, **_):
+    """exp2 -> Pow(2, x): exact at integers, unlike Exp(x * ln 2)."""
+    return ctx.op.Pow(np.asarray(2, ctx.avals_in[0].dtype), x)
+
+
+@rules.lowering(
+    lax.rsqrt_p,
+    cases=[
+        case("rsqrt", lax.rsqrt, [("B", 5)], input_range=(0.01, 100.0)),
+        case("rsqrt_edges", lax.rsqrt, [np.array([0.0, -0.0, 4.0, -1.0, np.inf, np.nan])]),
+    ],
+)
+def rsqrt(ctx, x, **_):
+    """rsqrt -> Reciprocal(Sqrt): ONNX has no rsqrt."""
+    return ctx.op.Reciprocal(ctx.op.Sqrt(x))
+
+
+@rules.lowering(
+    lax.cbrt_p,
+    cases=[
+        case("cbrt", lax.cbrt, [("B", 5)], input_range=(-100.0, 100.0)),
+        case(
+            "cbrt_edges",
+            lax.cbrt,
+            [np.array([0.0, -0.0, 8.0, -27.0, np.inf, -np.inf, np.nan, 1e-30, -1e30])],
+        ),
+    ],
+)
+def cbrt(ctx, x, **_):
+    """cbrt -> sign(x) * Pow(|x|, 1/3), polished by one Newton step (1/3 is inexact)."""
+    dt = ctx.avals_in[0].dtype
+    a = ctx.op.Abs(x)
+    y = ctx.op.Pow(a, np.asarray(1 / 3, dt))
+    y2 = ctx.op.Mul(y, y)
+    newton = ctx.op.Sub(y, ctx.op.Div(ctx.op.Sub(y, ctx.op.Div(a, y2)), np.asarray(3, dt)))
+    finite = ctx.op.And(ctx.op.Greater(y, np.asarray(0, dt)), ctx.op.Not(ctx.op.IsInf(y)))
+    y = ctx.op.Where(finite, newton, y)
+    return ctx.op.Where(ctx.op.Less(x, np.asarray(0, dt)), ctx.op.Neg(y), y)
+
+
+@rules.lowering(
+    lax.square_p,
+    cases=[
+        case("square", lax.square, [("B", 3)], expect=["Mul:Bx3"]),
+        *_int_cases("square", lax.square, _SIGNED + _UNSIGNED),
+        case("square_int8_wraps", lax.square, [np.array([-128, 16, 12, -12], np.int8)]),
+    ],
+)
+def square(ctx, x, **_):
+    """square -> Mul(x, x) (integers wrap, as in JAX)."""
+    return ctx.op.Mul(x, x)
 
 
 @rules.lowering(
@@ -32,8 +236,11 @@ rules.add_cases(lax.logistic_p, [case("logistic", lax.logistic, [("B", 5)], expe
         case("cube", lambda x: lax.integer_pow(x, 3), [(4,)]),
         case("pow7", lambda x: lax.integer_pow(x, 7), [(4,)], input_range=(0.5, 1.5)),
         case("inverse_square", lambda x: lax.integer_pow(x, -2), [(4,)], input_range=(0.5, 2.0)),
+        case("inverse_cube", lambda x: lax.integer_pow(x, -3), [("B", 4)], input_range=(0.5, 2.0)),
         case("pow0", lambda x: lax.integer_pow(x, 0), [(4,)], no_unused_inputs=False),
+        case("pow1", lambda x: lax.integer_pow(x, 1), [(4,)]),
         case("int_cube", lambda x: lax.integer_pow(x, 3), [np.array([-2, 0, 3], np.int32)]),
+        *_int_cases("cube", lambda x: lax.integer_pow(x, 3), _SIGNED + _UNSIGNED),
     ],
 )
 def integer_pow(ctx, x, *, y):
@@ -50,3 +257,140 @@ def integer_pow(ctx, x, *, y):
     if y < 0:
         return ctx.op.Reciprocal(acc)
     return acc if acc is not x else ctx.op.Identity(x)
+
+
+@rules.lowering(
+    lax.pow_p,
+    cases=[
+        case("pow", lax.pow, [("B", 4), ("B", 4)], input_range=(0.5, 2.0), expect=["Pow"]),
+        case(
+            "pow_negative_base",
+            lax.pow,
+            [
+                np.array([-2.0, -2.0, 0.0, 0.0, 1.0, np.nan]),
+                np.array([3.0, 0.5, -1.0, 0.0, np.nan, 0.0]),
+            ],
+        ),
+        case(
+            "pow_int32_exponent",
+            lambda x, n: lax.pow(x, n),
+            [(5,), np.array([0, 1, -2, 3, 5], np.int32)],
+            input_range=(0.5, 2.0),
+        ),
+        case(
+            "pow_int64_exponent",
+            lambda x, n: lax.pow(x, n),
+            [(5,), np.array([0, 1, -2, 3, 5], np.int64)],
+            input_range=(0.5, 2.0),
+            variants=["f64"],
+        ),
+    ],
+)
+def pow_(ctx, x, y):
+    """pow -> Pow (float exponent, or an int32/int64 exponent as ONNX's T1)."""
+    return ctx.op.Pow(x, y)
+
+
+_NEXT_X = np.array([1.0, 1.0, 0.0, 0.0, -1.0, np.inf, -np.inf, 2.0, np.nan, 3.0, -0.0, 1e-30])
+_NEXT_Y = np.array([2.0, 0.0, 1.0, -1.0, 5.0, 0.0, 0.0, 2.0, 1.0, np.nan, 0.0, -1.0])
+
+
+@rules.lowering(
+    lax.nextafter_p,
+    min_opset=26,
+    cases=[
+        case("nextafter", lax.nextafter, [("B", 4), ("B", 4)], opset=26),
+        case("nextafter_edges", lax.nextafter, [_NEXT_X, _NEXT_Y], opset=26),
+    ],
+)
+def nextafter(ctx, x, y):
+    """nextafter -> BitCast to an integer, +-1 on the bit pattern, BitCast back.
+
+    Floats order like their sign-magnitude bit patterns, so one step toward ``y`` adds 1 to
+    the pattern when moving away from zero and subtracts 1 when moving toward it. From zero
+    the result is the smallest subnormal with the sign of ``y``; equal inputs return ``y``.
+    """
+    dt = np.dtype(ctx.avals_in[0].dtype)
+    it = np.dtype(f"int{dt.itemsize * 8}")
+    zero = np.asarray(0, dt)
+    bits = ctx.op.BitCast(x, to=onnx_dtype(it))
+    away = ctx.op.Equal(ctx.op.Greater(y, x), ctx.op.Greater(x, zero))
+    step = ctx.op.Where(away, np.asarray(1, it), np.asarray(-1, it))
+    moved = ctx.op.BitCast(ctx.op.Add(bits, step), to=onnx_dtype(dt))
+    tiny = np.asarray(np.finfo(dt).smallest_subnormal, dt)
+    from_zero = ctx.op.Where(ctx.op.Greater(y, zero), tiny, ctx.op.Neg(tiny))
+    result = ctx.op.Where(ctx.op.Equal(x, zero), from_zero, moved)
+    result = ctx.op.Where(ctx.op.Equal(x, y), y, result)
+    nan = ctx.op.Or(ctx.op.IsNaN(x), ctx.op.IsNaN(y))
+    return ctx.op.Where(nan, ctx.op.Add(x, y), result)
+
+
+# (exponent_bits, mantissa_bits) of the formats a Cast round trip rounds to exactly.
+_FORMATS = {(8, 7): "bfloat16", (5, 10): "float16", (8, 23): "float32", (11, 52): "float64"}
+
+
+@rules.lowering(
+    lax.reduce_precision_p,
+    cases=[
+        case("to_bfloat16", lambda x: lax.reduce_precision(x, 8, 7), [("B", 5)], variants=["f32"]),
+        case("to_float16", lambda x: lax.reduce_precision(x, 5, 10), [("B", 5)], variants=["f32"]),
+        case("to_float32", lambda x: lax.reduce_precision(x, 8, 23), [("B", 5)]),
+        case("identity_f64", lambda x: lax.reduce_precision(x, 11, 52), [(5,)], variants=["f64"]),
+        case(
+            "to_float16_edges",
+            lambda x: lax.reduce_precision(x, 5, 10),
+            [
+                np.array(
+                    [
+                        1 + 2**-11,
+                        1 + 3 * 2**-11,
+                        65519.0,
+                        65520.0,
+                        1e-40,
+                        2**-14 - 2**-26,
+                        2**-14 - 2**-25,
+                        -(2**-15),
+                        np.nan,
+                        -np.inf,
+                        2**-14,
+                    ],
+                    np.float32,
+                )
+            ],
+        ),
+        case(
+            "to_bfloat16_edges",
+            lambda x: lax.reduce_precision(x, 8, 7),
+            [np.array([1 + 2**-8, 1 + 3 * 2**-8, 3.4e38, 1e-40, np.nan, -np.inf], np.float32)],
+        ),
+        case(
+            "to_float32_edges",
+            lambda x: lax.reduce_precision(x, 8, 23),
+            [np.array([1 + 2**-24, 1 + 3 * 2**-24, 3.5e38, 1e-40, 1e-45, np.nan, -np.inf])],
+            variants=["f64"],
+        ),
+    ],
+)
+def reduce_precision(ctx, x, *, exponent_bits, mantissa_bits):
+    """reduce_precision -> Cast to the matching float type and back (round to nearest even,
+    overflow to inf). XLA flushes results below the format's smallest normal to zero where
+    Cast would keep a subnormal; a Where does the same."""
+    dt = np.dtype(ctx.avals_in[0].dtype)
+    info = np.finfo(dt)
+    if (exponent_bits, mantissa_bits) == (info.nexp, info.nmant):
+        return ctx.op.Identity(x)
+    target = _FORMATS.get((exponent_bits, mantissa_bits))
+    if target is None or (dt == np.float64 and target != "float32"):
+        raise ctx.error(
+            f"reduce_precision to {exponent_bits} exponent and {mantissa_bits} mantissa bits "
+            f"from {dt} is not supported; supported: float32 to bfloat16 (8, 7), float16 "
+            "(5, 10) or float32 (8, 23), and float64 to float32 (8, 23)"
+        )
+    back = ctx.op.Cast(ctx.op.Cast(x, to=onnx_dtype(np.dtype(target))), to=onnx_dtype(dt))
+    if exponent_bits >= info.nexp:
+        return back
+    # Rounded to mantissa_bits at its own exponent, x stays normal iff |x| >= this threshold.
+    smallest_normal = 2.0 ** (2 - 2 ** (exponent_bits - 1))
+    threshold = np.asarray(smallest_normal * (1 - 2.0 ** -(mantissa_bits + 2)), dt)
+    flushed = ctx.op.Mul(x, np.asarray(0, dt))
+    return ctx.op.Where(ctx.op.Less(ctx.op.Abs(x), threshold), flushed, back)

@@ -1,5 +1,629 @@
-"""reduce_window and its specialisations, select_and_scatter_add, select_and_gather_add."""
+"""reduce_window and its specialisations, select_and_scatter_add, select_and_gather_add.
+
+A window reduction is taken apart in JAX's own order: base dilation (identity
+values between elements), padding (identity values; negative padding slices),
+then windows with strides and window dilation. Where ONNX has an exact pooling
+op the windowed axes become the trailing spatial axes of an (N, C, ...) layout
+(one Transpose each way at most): MaxPool for float max and min and int8/uint8
+max, a depthwise Conv with a ones kernel for float32/float16 sums. Every other
+case is the general form: per windowed axis, one strided Slice per window
+offset, folded with Max/Min/Add/Mul, which is exact for every dtype ORT has
+those ops for (16-bit ints widen to int32, bool to uint8, bfloat16 to float32).
+"""
 
 from __future__ import annotations
 
-from jax2onnx_lax._rules import rules  # noqa: F401
+import itertools
+
+import jax
+import jax.numpy as jnp
+import ml_dtypes
+import numpy as np
+from jax import lax
+
+from jax2onnx.dims import is_symbolic
+from jax2onnx.plugin import case
+from jax2onnx_lax._rules import rules
+from jax2onnx_lax._util import cast, i64
+
+_INT64_MAX = np.iinfo(np.int64).max
+_WIDE = {  # dtypes ORT lacks Max/Min (or Add/Mul) kernels for -> an exact wider dtype
+    np.dtype(np.int16): np.int32,
+    np.dtype(np.uint16): np.int32,
+    np.dtype(np.bool_): np.uint8,
+    np.dtype(ml_dtypes.bfloat16): np.float32,
+}
+_COMBINE = {"max": "Max", "min": "Min", "add": "Add", "mul": "Mul"}
+_BODY = {"add": "add", "mul": "mul", "max": "max", "min": "min", "or": "max", "and": "min"}
+
+
+def _identity(kind, dtype):
+    dtype = np.dtype(dtype)
+    if kind in ("add", "mul"):
+        return np.asarray(0 if kind == "add" else 1, dtype)
+    if dtype == np.bool_:
+        return np.asarray(kind == "min", dtype)
+    if np.issubdtype(dtype, np.integer):
+        info = np.iinfo(dtype)
+        return np.asarray(info.min if kind == "max" else info.max, dtype)
+    return np.asarray(-np.inf if kind == "max" else np.inf, dtype)
+
+
+def _slice(ctx, x, starts, ends, axes, steps=None):
+    args = [x, i64(ctx, starts), ctx.shape(ends), i64(ctx, axes)]
+    return ctx.op.Slice(*args, i64(ctx, steps) if steps else None)
+
+
+def _dilate(ctx, x, shape, dilation, fill):
+    """Base dilation: ``d - 1`` fill values between neighbours along each axis.
+
+    Unsqueeze a new axis after the dilated one, Pad it to ``d`` with the fill,
+    merge the two (Reshape), and Slice off the trailing fill values.
+    """
+    shape = list(shape)
+    for a, d in enumerate(dilation):
+        if d == 1:
+            continue
+        y = ctx.op.Unsqueeze(x, i64(ctx, [a + 1]))
+        pads = [0] * (2 * (len(shape) + 1))
+        pads[len(shape) + 1 + a + 1] = d - 1
+        y = ctx.op.Pad(y, i64(ctx, pads), fill)
+        y = ctx.op.Reshape(y, ctx.shape([0] * a + [-1] + shape[a + 1 :]))
+        x = _slice(ctx, y, [0], [-(d - 1)], [a])
+        n = shape[a]
+        shape[a] = 0 if not is_symbolic(n) and n == 0 else (n - 1) * d + 1
+    return x, shape
+
+
+def _pad(ctx, x, shape, padding, fill):
+    """Negative padding slices, positive padding pads with the fill value."""
+    shape = list(shape)
+    cut = [a for a, (lo, hi) in enumerate(padding) if lo < 0 or hi < 0]
+    if cut:
+        starts = [max(-padding[a][0], 0) for a in cut]
+        ends = [padding[a][1] if padding[a][1] < 0 else _INT64_MAX for a in cut]
+        x = _slice(ctx, x, starts, ends, cut)
+    grow = [(max(lo, 0), max(hi, 0)) for lo, hi in padding]
+    if any(lo or hi for lo, hi in grow):
+        x = ctx.op.Pad(x, i64(ctx, [lo for lo, _ in grow] + [hi for _, hi in grow]), fill)
+    for a, (lo, hi) in enumerate(padding):
+        shape[a] = shape[a] + lo + hi
+    return x, shape
+
+
+def _window_end(k, wd, s, o):
+    """End of the strided Slice taking window offset ``k`` for ``o`` outputs."""
+    if not is_symbolic(o) and o == 0:
+        return k * wd
+    return k * wd + (o - 1) * s + 1
+
+
+def _general(ctx, x, kind, out_shape, windows, strides, dilations):
+    """Separable window reduction: per axis, Slices over the window offsets, folded."""
+    op = getattr(ctx.op, _COMBINE[kind])
+    for a, (w, s, wd) in enumerate(zip(windows, strides, dilations)):
+        if w == 1 and s == 1:
+            continue
+        o = out_shape[a]
+        parts = [_slice(ctx, x, [k * wd], [_window_end(k, wd, s, o)], [a], [s]) for k in range(w)]
+        if kind in ("max", "min"):
+            x = op(*parts) if len(parts) > 1 else parts[0]
+        else:
+            x = parts[0]
+            for part in parts[1:]:
+                x = op(x, part)
+    return x
+
+
+class _Layout:
+    """Windowed axes moved to the trailing spatial axes of an (N, C, spatial...) tensor."""
+
+    def __init__(self, ctx, shape, axes):
+        self.ctx, self.shape, self.axes = ctx, list(shape), list(axes)
+        self.lead = [a for a in range(len(shape)) if a not in axes]
+        self.perm = self.lead + self.axes
+
+    @property
+    def channels(self):
+        return self.shape[self.lead[-1]] if len(self.lead) >= 2 else 1
+
+    def enter(self, x):
+        ctx, nl = self.ctx, len(self.lead)
+        if self.perm != sorted(self.perm):
+            x = ctx.op.Transpose(x, perm=self.perm)
+        if nl < 2:
+            return ctx.op.Unsqueeze(x, i64(ctx, [0, 1] if nl == 0 else [1]))
+        if nl > 2:
+            spatial = [self.shape[a] for a in self.axes]
+            return ctx.op.Reshape(x, ctx.shape([-1, self.channels] + spatial))
+        return x
+
+    def leave(self, y, out_shape):
+        ctx, nl = self.ctx, len(self.lead)
+        if nl < 2:
+            y = ctx.op.Squeeze(y, i64(ctx, [0, 1] if nl == 0 else [1]))
+        elif nl > 2:
+            dims = [out_shape[a] for a in self.perm]
+            y = ctx.op.Reshape(y, ctx.shape(dims))
+        if self.perm != sorted(self.perm):
+            y = ctx.op.Transpose(y, perm=[int(i) for i in np.argsort(self.perm)])
+        return y
+
+
+def _pool(ctx, x, kind, dtype, shape, out_shape, windows, strides, dilations, padding):
+    """MaxPool / ones-kernel Conv where exact; None when the general form is needed."""
+    dtype = np.dtype(dtype)
+    floats = (np.float16, np.float32, np.float64)
+    if kind == "max" and dtype in (*floats, np.int8, np.uint8):
+        pass
+    elif kind == "min" and dtype in floats:
+        pass
+    elif not (kind == "add" and dtype in (np.float16, np.float32)):
+        return None
+    axes = [
+        a
+        for a in range(len(shape))
+        if windows[a] > 1 or strides[a] > 1 or padding[a] != (0, 0) or dilations[a] > 1
+    ]
+    if not 1 <= len(axes) <= 3:
+        return None
+    layout = _Layout(ctx, shape, axes)
+    if kind == "add" and is_symbolic(layout.channels):
+        return None
+    kernel = [int(windows[a]) for a in axes]
+    attrs = dict(
+        kernel_shape=kernel,
+        strides=[int(strides[a]) for a in axes],
+        dilations=[int(dilations[a]) for a in axes],
+        pads=[int(padding[a][0]) for a in axes] + [int(padding[a][1]) for a in axes],
+    )
+    if kind == "add":
+        c = layout.channels
+        ones = ctx.const(np.ones([c, 1, *kernel], dtype))
+        y = ctx.op.Conv(layout.enter(x), ones, group=c, **attrs)
+        return layout.leave(y, out_shape)
+    if any(p >= k for p, k in zip(attrs["pads"], kernel + kernel)):
+        return None  # MaxPool takes pads smaller than the kernel only
+    if np.issubdtype(dtype, np.integer):
+        return layout.leave(ctx.op.MaxPool(layout.enter(x), **attrs), out_shape)
+    if kind == "min":  # min(x) = -max(-x), exact in floating point
+        y = _float_max_pool(ctx, layout.enter(ctx.op.Neg(x)), dtype, attrs)
+        return layout.leave(ctx.op.Neg(y), out_shape)
+    return layout.leave(_float_max_pool(ctx, layout.enter(x), dtype, attrs), out_shape)
+
+
+def _float_max_pool(ctx, x, dtype, attrs):
+    """MaxPool fixed for NaN and -inf (ORT skips NaNs and starts from the lowest float).
+
+    A MaxPool of a flag (2: NaN, 1: other, 0: -inf) tells which windows hold a
+    NaN (result NaN, as JAX's max propagates it) or only -inf.
+    """
+    y = ctx.op.MaxPool(x, **attrs)
+    neg_inf = ctx.op.IsInf(x, detect_positive=0)
+    flag = ctx.op.Where(ctx.op.IsNaN(x), np.asarray(2, dtype), np.asarray(1, dtype))
+    flag = ctx.op.MaxPool(ctx.op.Where(neg_inf, np.asarray(0, dtype), flag), **attrs)
+    y = ctx.op.Where(ctx.op.Less(flag, np.asarray(0.5, dtype)), np.asarray(-np.inf, dtype), y)
+    return ctx.op.Where(ctx.op.Greater(flag, np.asarray(1.5, dtype)), np.asarray(np.nan, dtype), y)
+
+
+def _reduce(ctx, x, kind, params, init=None):
+    """The window reduction ``kind`` of ``x``.
+
+    Padding and base-dilation holes take no part in a window (XLA skips them), so
+    they hold the identity; ``init`` (the generic reduce_window's initial value
+    when it is not the identity) is folded once into every result, as XLA does.
+    """
+    dtype = np.dtype(ctx.avals_in[0].dtype)
+    wide = _WIDE.get(dtype)
+    if wide is not None:
+        x = cast(ctx, x, wide)
+        init = None if init is None else cast(ctx, init, wide)
+    work = np.dtype(wide or dtype)
+    fill = _identity(kind, work)
+    shape = list(ctx.avals_in[0].shape)
+    out_shape = list(ctx.avals_out[0].shape)
+    x, shape = _dilate(ctx, x, shape, params["base_dilation"], fill)
+    padding = [(int(lo), int(hi)) for lo, hi in params["padding"]]
+    if any(lo < 0 or hi < 0 for lo, hi in padding):
+        x, shape = _pad(ctx, x, shape, padding, fill)
+        padding = [(0, 0)] * len(shape)
+    windows, strides = params["window_dimensions"], params["window_strides"]
+    dilations = params["window_dilation"]
+    y = _pool(ctx, x, kind, work, shape, out_shape, windows, strides, dilations, padding)
+    if y is None:
+        x, shape = _pad(ctx, x, shape, padding, fill)
+        y = _general(ctx, x, kind, out_shape, windows, strides, dilations)
+    if init is not None:
+        y = getattr(ctx.op, _COMBINE[kind])(init, y)
+    return cast(ctx, y, dtype) if wide is not None else y
+
+
+def _params(window_dimensions, window_strides, padding, base_dilation, window_dilation):
+    return dict(
+        window_dimensions=window_dimensions,
+        window_strides=window_strides,
+        padding=padding,
+        base_dilation=base_dilation,
+        window_dilation=window_dilation,
+    )
+
+
+def _specialised(kind):
+    def rule(ctx, x, **params):
+        return _reduce(ctx, x, kind, _params(**params))
+
+    rule.__name__ = rule.__qualname__ = f"reduce_window_{kind}"
+    return rule
+
+
+def _body_kind(ctx, jaxpr):
+    """The reducer of a generic reduce_window: one add/mul/max/min (or/and on bool)."""
+    inner = getattr(jaxpr, "jaxpr", jaxpr)
+    eqns = inner.eqns
+    names = " -> ".join(e.primitive.name for e in eqns) or "no operation"
+    if (
+        len(eqns) != 1
+        or eqns[0].primitive.name not in _BODY
+        or set(map(id, eqns[0].invars)) != set(map(id, inner.invars))
+        or len(inner.outvars) != 1
+        or inner.outvars[0] is not eqns[0].outvars[0]
+    ):
+        raise ctx.error(
+            f"reduce_window with the reducer ({names}) has no ONNX form; only a single "
+            "add, mul, max or min of the two reducer arguments (or/and on bool) is supported"
+        )
+    return _BODY[eqns[0].primitive.name]
+
+
+def reduce_window(ctx, *args, jaxpr, consts, **params):
+    """Generic reduce_window whose reducer is one add/mul/max/min: the specialised form,
+    with an initial value other than the identity combined into every result."""
+    if len(args) != 2:
+        raise ctx.error(f"reduce_window over {len(args) // 2} operands is not supported")
+    x, init = args
+    kind = _body_kind(ctx, jaxpr)
+    dtype = np.dtype(ctx.avals_in[0].dtype)
+    identity = _identity(kind, dtype)
+    if init.const_value is not None:
+        value = np.asarray(init.const_value.numpy(), dtype)
+        if value.tobytes() == identity.tobytes():
+            return _reduce(ctx, x, kind, _params(**params))
+    return _reduce(ctx, x, kind, _params(**params), init=init)
+
+
+def _window_slices(ctx, shape, out_shape, windows, strides, dilations):
+    """(offset index, slicer) for each window offset, in row-major order."""
+    axes = [a for a in range(len(shape)) if windows[a] > 1 or strides[a] > 1]
+    for n, ks in enumerate(itertools.product(*(range(windows[a]) for a in axes))):
+        starts = [k * dilations[a] for k, a in zip(ks, axes)]
+        ends = [_window_end(k, dilations[a], strides[a], out_shape[a]) for k, a in zip(ks, axes)]
+
+        def take(x, starts=starts, ends=ends):
+            return _slice(ctx, x, starts, ends, axes, [strides[a] for a in axes]) if axes else x
+
+        yield n, ks, take
+
+
+def _keep(ctx, select_prim):
+    if select_prim is lax.ge_p:
+        return ctx.op.GreaterOrEqual
+    if select_prim is lax.le_p:
+        return ctx.op.LessOrEqual
+    raise ctx.error(f"select_prim {select_prim} is not supported (only ge and le)")
+
+
+def _select_fill(select_prim, dtype):
+    return np.asarray(-np.inf if select_prim is lax.ge_p else np.inf, dtype)
+
+
+def select_and_gather_add(
+    ctx,
+    tangents,
+    operand,
+    *,
+    select_prim,
+    window_dimensions,
+    window_strides,
+    padding,
+    base_dilation,
+    window_dilation,
+):
+    """Per window, the tangent at the operand's selected (max for ge, min for le) element.
+
+    XLA's pair reduction from the initial (-inf or inf, 0): a running selection
+    over the window offsets (strided Slices) that moves on where ``not
+    select(best, v)``, carrying the tangent along with Where; the first extremum
+    wins ties, NaN is taken as JAX takes it.
+    """
+    keep = _keep(ctx, select_prim)
+    fill = _select_fill(select_prim, ctx.avals_in[1].dtype)
+    zero = np.asarray(0, ctx.avals_in[0].dtype)
+    shape = list(ctx.avals_in[1].shape)
+    out_shape = list(ctx.avals_out[0].shape)
+    v, pshape = _dilate(ctx, operand, shape, base_dilation, fill)
+    v, pshape = _pad(ctx, v, pshape, padding, fill)
+    t, tshape = _dilate(ctx, tangents, shape, base_dilation, zero)
+    t, _ = _pad(ctx, t, tshape, padding, zero)
+    best_v, best_t = ctx.const(fill), ctx.const(zero)
+    for _, _, take in _window_slices(
+        ctx, pshape, out_shape, window_dimensions, window_strides, window_dilation
+    ):
+        vk, tk = take(v), take(t)
+        moved = ctx.op.Not(keep(best_v, vk))
+        best_v, best_t = ctx.op.Where(moved, vk, best_v), ctx.op.Where(moved, tk, best_t)
+    return best_t
+
+
+def select_and_scatter_add(
+    ctx, source, operand, *, select_prim, window_dimensions, window_strides, padding
+):
+    """Each window's source value added at the operand's selected element.
+
+    The selection (XLA's: the window's first element, then move on where ``not
+    select(best, v)``) is a running Where over strided Slices recording the
+    window offset; the offset becomes a flat index into the padded windowed
+    axes (moved last and flattened), and ScatterElements(reduction="add") adds
+    the source there. Padding is sliced off the result.
+    """
+    keep = _keep(ctx, select_prim)
+    dtype = ctx.avals_in[1].dtype
+    fill = _select_fill(select_prim, dtype)
+    shape = list(ctx.avals_in[1].shape)
+    out_shape = list(ctx.avals_in[0].shape)
+    padding = [(int(lo), int(hi)) for lo, hi in padding]
+    v, pshape = _pad(ctx, operand, shape, padding, fill)
+    windows, strides = window_dimensions, window_strides
+    axes = [a for a in range(len(shape)) if windows[a] > 1 or strides[a] > 1]
+    if any(is_symbolic(pshape[a]) or is_symbolic(out_shape[a]) for a in axes):
+        raise ctx.error("select_and_scatter_add needs static sizes along the windowed axes")
+    best = index = None
+    offsets = []
+    for n, ks, take in _window_slices(ctx, pshape, out_shape, windows, strides, [1] * len(shape)):
+        vk = take(v)
+        offsets.append(ks)
+        if best is None:
+            best, index = vk, ctx.op.Expand(np.int64(0), ctx.shape(out_shape))
+            continue
+        moved = ctx.op.Not(keep(best, vk))
+        best, index = ctx.op.Where(moved, vk, best), ctx.op.Where(moved, np.int64(n), index)
+    lead = [a for a in range(len(shape)) if a not in axes]
+    perm = lead + axes
+    padded = [int(pshape[a]) for a in axes]
+    outs = [int(out_shape[a]) for a in axes]
+    pstrides = [int(np.prod(padded[i + 1 :])) for i in range(len(axes))]
+    flat_offsets = np.asarray([np.dot(ks, pstrides) for ks in offsets], np.int64)
+    grid = np.indices(outs).reshape(len(axes), -1) if axes else np.zeros((0, 1), np.int64)
+    steps = np.asarray([strides[a] * st for a, st in zip(axes, pstrides)], np.int64)
+    base = (grid * steps[:, None]).sum(axis=0).astype(np.int64)
+    keep_lead = [0] * len(lead)
+    if perm != sorted(perm):
+        source, index = ctx.op.Transpose(source, perm=perm), ctx.op.Transpose(index, perm=perm)
+    flat_shape = i64(ctx, keep_lead + [int(np.prod(outs))])
+    source, index = ctx.op.Reshape(source, flat_shape), ctx.op.Reshape(index, flat_shape)
+    position = ctx.op.Add(ctx.op.Gather(ctx.const(flat_offsets), index), ctx.const(base))
+    zeros = ctx.op.Expand(
+        np.asarray(0, dtype), ctx.shape([pshape[a] for a in lead] + [int(np.prod(padded))])
+    )
+    y = ctx.op.ScatterElements(zeros, position, source, axis=len(lead), reduction="add")
+    y = ctx.op.Reshape(y, i64(ctx, keep_lead + padded))
+    if perm != sorted(perm):
+        y = ctx.op.Transpose(y, perm=[int(i) for i in np.argsort(perm)])
+    y, _ = _pad(ctx, y, pshape, [(-lo, -hi) for lo, hi in padding], np.asarray(0, dtype))
+    return y
+
+
+def _bind(prim, window, strides=None, padding=None, base=None, dilation=None):
+    n = len(window)
+
+    def fn(x):
+        pads = padding or [(0, 0)] * n
+        if isinstance(pads, str):
+            pads = lax.padtype_to_pads(x.shape, window, strides or (1,) * n, pads)
+        return prim.bind(
+            x,
+            window_dimensions=tuple(window),
+            window_strides=tuple(strides or (1,) * n),
+            padding=tuple(tuple(p) for p in pads),
+            base_dilation=tuple(base or (1,) * n),
+            window_dilation=tuple(dilation or (1,) * n),
+        )
+
+    return fn
+
+
+def _generic(init, op, window, strides, padding="VALID", **kw):
+    return lambda x: lax.reduce_window(x, init, op, window, strides, padding, **kw)
+
+
+def _max_pool(x, window=(1, 3, 3, 1), strides=(1, 2, 2, 1), padding="SAME"):
+    return lax.reduce_window(x, -jnp.inf, lax.max, window, strides, padding)
+
+
+def _min_pool(x):
+    return lax.reduce_window(x, jnp.inf, lax.min, (1, 2, 2, 1), (1, 2, 2, 1), "SAME")
+
+
+_NHWC = ("B", 6, 6, 3)
+_EDGES = np.array([1.0, np.nan, 3.0, -np.inf, -np.inf, 2.0, np.inf, -np.inf, 0.0, -0.0])
+_TIES = np.array([[2.0, 2.0, 1.0, 5.0, 5.0], [2.0, 0.0, 5.0, 5.0, -1.0], [7.0, 7.0, 7.0, 1.0, 1.0]])
+_INT8 = np.array([[-128, 127, 5, -3, 0], [100, 100, -128, -128, 1]], np.int8)
+
+
+def _window_cases(kind, prim, expect):
+    """Shared cases; ``expect`` names the pooling op of the f32 graph, if any."""
+    pool = {"expect": [expect], "variants": ["f32"]} if expect else {}
+    return [
+        case(f"{kind}_1d", _bind(prim, (3,), (2,), [(1, 1)]), [(7,)], **pool),
+        case(f"{kind}_1d_any", _bind(prim, (3,), (2,), [(1, 1)]), [(7,)]),
+        case(f"{kind}_3d", _bind(prim, (1, 2, 2, 2, 1), (1, 2, 2, 2, 1)), [(1, 4, 4, 5, 2)]),
+        case(
+            f"{kind}_window_dilation",
+            _bind(prim, (1, 2, 2, 1), (1, 1, 2, 1), "SAME", dilation=(1, 2, 3, 1)),
+            [("B", 7, 7, 2)],
+        ),
+        case(f"{kind}_base_dilation", _bind(prim, (1, 3), (1, 2), base=(1, 2)), [("B", 5)]),
+        case(
+            f"{kind}_base_and_window_dilation",
+            _bind(prim, (2, 2), (1, 2), [(1, 0), (0, 2)], base=(2, 3), dilation=(2, 1)),
+            [(4, 5)],
+        ),
+        case(f"{kind}_pad_past_window", _bind(prim, (2,), (1,), [(3, 2)]), [(5,)]),
+        case(f"{kind}_negative_padding", _bind(prim, (1, 3), (1, 1), [(0, 0), (-1, 2)]), [(2, 8)]),
+        case(f"{kind}_4d_window", _bind(prim, (2, 2, 2, 2), (1, 2, 1, 1)), [(3, 4, 3, 3)]),
+        case(
+            f"{kind}_int32",
+            _bind(prim, (1, 2, 2, 1), (1, 2, 2, 1), "SAME"),
+            [_NHWC],
+            dtypes=[np.int32],
+        ),
+        case(f"{kind}_int8", _bind(prim, (1, 2), (1, 1), "SAME"), [_INT8]),
+        case(f"{kind}_uint16", _bind(prim, (2, 2), (1, 1)), [(3, 4)], dtypes=[np.uint16]),
+        case(
+            f"{kind}_int64",
+            _bind(prim, (2, 2), (1, 1)),
+            [(3, 4)],
+            dtypes=[np.int64],
+            variants=["f64"],
+        ),
+        case(f"{kind}_f16", _bind(prim, (1, 2, 2), (1, 1, 1)), [(2, 3, 4)], dtypes=[np.float16]),
+        case(f"{kind}_opset17", _bind(prim, (1, 1, 2, 2), (1, 1, 2, 2)), [(2, 3, 4, 4)], opset=17),
+    ]
+
+
+rules.lowering(
+    lax.reduce_window_max_p,
+    cases=[
+        case("max_pool_same", _max_pool, [_NHWC], expect=["MaxPool"], counts={"Transpose": 2}),
+        case(
+            "max_pool_valid_nchw",
+            _bind(lax.reduce_window_max_p, (1, 1, 2, 2), (1, 1, 2, 2)),
+            [("B", 3, 5, 5)],
+            expect=["MaxPool"],
+            counts={"Transpose": 0},
+        ),
+        case("max_nan_inf", _bind(lax.reduce_window_max_p, (2,), (1,), [(1, 1)]), [_EDGES]),
+        case(
+            "max_bool", _bind(lax.reduce_window_max_p, (2, 2), (1, 1)), [(3, 4)], dtypes=[np.bool_]
+        ),
+        *_window_cases("max", lax.reduce_window_max_p, "MaxPool"),
+    ],
+)(_specialised("max"))
+
+rules.lowering(
+    lax.reduce_window_min_p,
+    cases=[
+        case("min_pool_same", _min_pool, [_NHWC], expect=["MaxPool -> Where -> Where -> Neg"]),
+        case("min_nan_inf", _bind(lax.reduce_window_min_p, (3,), (1,), [(1, 1)]), [_EDGES]),
+        *_window_cases("min", lax.reduce_window_min_p, "MaxPool"),
+    ],
+)(_specialised("min"))
+
+
+def _avg_pool(x):
+    return lax.reduce_window(x, 0.0, lax.add, (1, 2, 2, 1), (1, 2, 2, 1), "VALID") / 4.0
+
+
+def _avg_pool_grad(x):
+    return jax.grad(lambda y: (_avg_pool(y) ** 2).sum())(x)
+
+
+rules.lowering(
+    lax.reduce_window_sum_p,
+    cases=[
+        case(
+            "avg_pool",
+            _avg_pool,
+            [_NHWC],
+            expect=["Transpose -> Conv -> Transpose"],
+            counts={"Transpose": 2},
+            variants=["f32"],
+        ),
+        case("avg_pool_f64", _avg_pool, [_NHWC], variants=["f64"]),
+        case(
+            "sum_same",
+            _generic(0.0, lax.add, (1, 3, 3, 1), (1, 1, 1, 1), "SAME"),
+            [_NHWC],
+            expect=["Conv"],
+            variants=["f32"],
+        ),
+        case("avg_pool_grad", _avg_pool_grad, [_NHWC]),
+        case("sum_symbolic_channels", _generic(0.0, lax.add, (1, 2), (1, 2)), [(3, "B")]),
+        *_window_cases("sum", lax.reduce_window_sum_p, "Conv"),
+        case("sum_f64_slices", _avg_pool, [_NHWC], variants=["f64"], counts={"Conv": 0}),
+    ],
+)(_specialised("add"))
+
+
+rules.lowering(
+    lax.reduce_window_p,
+    cases=[
+        case("mul", _generic(1.0, lax.mul, (1, 2, 2, 1), (1, 2, 2, 1)), [_NHWC]),
+        case("max_init_zero", _generic(0.0, lax.max, (2, 2), (1, 1), "SAME"), [(4, 5)]),
+        case("add_init_one", _generic(1.0, lax.add, (1, 3), (1, 2), "SAME"), [("B", 7)]),
+        case("mul_int32", _generic(np.int32(1), lax.mul, (2,), (1,)), [(6,)], dtypes=[np.int32]),
+        case("min_int8_init", _generic(np.int8(3), lax.min, (1, 2), (1, 1), "SAME"), [_INT8]),
+        case(
+            "runtime_init",
+            lambda x, init: lax.reduce_window(x, init, lax.max, (2, 2), (2, 1), "SAME"),
+            [(5, 4), ()],
+        ),
+    ],
+)(reduce_window)
+
+
+def _max_pool_grad(pool=_max_pool):
+    return lambda x: jax.grad(lambda y: (pool(y) ** 2).sum())(x)
+
+
+def _jvp(pool):
+    return lambda x, t: jax.jvp(pool, (x,), (t,))[1]
+
+
+def _pool_1d(x):
+    return lax.reduce_window(x, -jnp.inf, lax.max, (3,), (2,), ((2, 1),))
+
+
+rules.lowering(
+    lax.select_and_scatter_add_p,
+    min_opset=16,
+    cases=[
+        case("max_pool_grad", _max_pool_grad(), [_NHWC], expect=["ScatterElements"]),
+        case(
+            "max_pool_grad_overlap",
+            _max_pool_grad(lambda y: _max_pool(y, strides=(1,) * 4)),
+            [np.tile(_TIES[None, :, :, None], (2, 1, 1, 3))],
+        ),
+        case("min_pool_grad", _max_pool_grad(_min_pool), [_NHWC]),
+        case("max_pool_grad_1d", _max_pool_grad(_pool_1d), [(8,)]),
+        case("max_pool_grad_edges", _max_pool_grad(_pool_1d), [_EDGES]),
+    ],
+)(select_and_scatter_add)
+
+rules.lowering(
+    lax.select_and_gather_add_p,
+    cases=[
+        case("max_pool_jvp", _jvp(_max_pool), [_NHWC, _NHWC]),
+        case("min_pool_jvp", _jvp(_min_pool), [_NHWC, _NHWC]),
+        case(
+            "jvp_ties",
+            _jvp(lambda y: _max_pool(y, strides=(1,) * 4)),
+            [_TIES[None, :, :, None], _TIES[None, :, :, None] + 10.0],
+        ),
+        case("jvp_edges", _jvp(_pool_1d), [_EDGES, np.arange(10.0)]),
+        case(
+            "jvp_dilated",
+            _jvp(
+                _generic(
+                    -jnp.inf,
+                    lax.max,
+                    (2, 2),
+                    (1, 2),
+                    [(1, 0), (0, 2)],
+                    base_dilation=(2, 1),
+                    window_dilation=(1, 2),
+                )
+            ),
+            [(4, 6), (4, 6)],
+        ),
+    ],
+)(select_and_gather_add)

@@ -127,7 +127,8 @@ def expect_graph(
         if unused:
             problems.append(f"unused graph inputs {unused}")
     for name, shape in (input_shapes or {}).items():
-        if shapes.get(name) != shape:
+        have = shapes.get(name)
+        if have is None or have.replace(" ", "") != shape.replace(" ", ""):
             problems.append(f"input/output {name!r} has shape {shapes.get(name)}, expected {shape}")
     if problems:
         raise AssertionError(

@@ -1,0 +1,208 @@
+"""Bitwise logic, shifts, population count and count-leading-zeros.
+
+ONNX's BitShift runs in ONNX Runtime only on uint8, uint32 and uint64, so shifts,
+popcount and clz work on the operand's bit pattern as an unsigned integer
+(``_UNSIGNED``: 16-bit values zero-extended into uint32), then cast back; casts
+between integer types keep the low bits, so the round trip is exact.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from jax import lax
+
+from jax2onnx.plugin import case
+from jax2onnx_lax._rules import rules
+from jax2onnx_lax._util import cast
+from jax2onnx_lax.binary import _INTS, _edges, int_cases, where, x64
+
+_UNSIGNED = {1: (np.uint8,), 2: (np.uint16, np.uint32), 4: (np.uint32,), 8: (np.uint64,)}
+
+
+def _logic(bool_op: str, int_op: str | None):
+    def lower(ctx, *xs):
+        if ctx.avals_in[0].dtype == np.bool_:
+            return getattr(ctx.op, bool_op)(*xs)
+        if int_op is None:
+            raise ctx.error(f"integer operands need ONNX Bitwise{bool_op}: opset 18")
+        return getattr(ctx.op, int_op)(*xs)
+
+    lower.__name__ = lower.__qualname__ = bool_op.lower()
+    lower.__doc__ = f"{bool_op} on bool, {int_op or 'an error (opset < 18)'} on integers."
+    return lower
+
+
+for _prim, _op in ((lax.and_p, "And"), (lax.or_p, "Or"), (lax.xor_p, "Xor"), (lax.not_p, "Not")):
+    rules.lowering(_prim)(_logic(_op, None))
+    rules.lowering(_prim, min_opset=18)(_logic(_op, f"Bitwise{_op}"))
+
+
+def _bits(ctx, x, dtype):
+    """The bit pattern of integer ``x`` as an unsigned value ORT can shift, and its dtype."""
+    chain = _UNSIGNED[np.dtype(dtype).itemsize]
+    for step in chain:
+        if np.dtype(dtype) != np.dtype(step):
+            x = cast(ctx, x, step)
+    return x, np.dtype(chain[-1])
+
+
+def _shift(ctx, x, s, direction: str):
+    """Logical shift of ``x`` by ``s``; amounts outside [0, bits) give 0, as in JAX."""
+    dtype = np.dtype(ctx.avals_in[0].dtype)
+    width = 8 * dtype.itemsize
+    ux, udtype = _bits(ctx, x, dtype)
+    us, _ = _bits(ctx, s, dtype)
+    out_of_range = ctx.op.GreaterOrEqual(us, np.asarray(width, udtype))
+    zero = np.zeros((), udtype)
+    amount = where(ctx, out_of_range, zero, us, udtype)
+    shifted = ctx.op.BitShift(ux, amount, direction=direction)
+    return cast(ctx, where(ctx, out_of_range, zero, shifted, udtype), dtype)
+
+
+@rules.lowering(lax.shift_left_p, min_opset=11)
+def shift_left(ctx, x, s):
+    """shift_left -> BitShift(LEFT) on the unsigned bit pattern; shifts >= bits give 0."""
+    return _shift(ctx, x, s, "LEFT")
+
+
+@rules.lowering(lax.shift_right_logical_p, min_opset=11)
+def shift_right_logical(ctx, x, s):
+    """shift_right_logical -> BitShift(RIGHT) on the unsigned bit pattern; >= bits give 0."""
+    return _shift(ctx, x, s, "RIGHT")
+
+
+@rules.lowering(lax.shift_right_arithmetic_p, min_opset=18)
+def shift_right_arithmetic(ctx, x, s):
+    """shift_right_arithmetic as ``~(~x >> s)`` where the sign bit is set, ``x >> s``
+    elsewhere (logical shifts on the unsigned pattern); the amount is clamped to bits - 1,
+    so out-of-range shifts fill with the sign bit as in JAX (also for unsigned types)."""
+    dtype = np.dtype(ctx.avals_in[0].dtype)
+    width = 8 * dtype.itemsize
+    ux, udtype = _bits(ctx, x, dtype)
+    us, _ = _bits(ctx, s, dtype)
+    mask = np.asarray(2**width - 1, udtype)
+    top = np.asarray(width - 1, udtype)
+    negative = ctx.op.Equal(ctx.op.BitShift(ux, top, direction="RIGHT"), np.ones((), udtype))
+    flipped = where(ctx, negative, ctx.op.BitwiseXor(ux, mask), ux, udtype)
+    shifted = ctx.op.BitShift(flipped, ctx.op.Min(us, top), direction="RIGHT")
+    return cast(ctx, where(ctx, negative, ctx.op.BitwiseXor(shifted, mask), shifted, udtype), dtype)
+
+
+def _popcount(ctx, ux, udtype):
+    """Bits set in each element (SWAR: pairs, nibbles, bytes, then a byte-sum multiply)."""
+    width = 8 * np.dtype(udtype).itemsize
+
+    def pattern(byte: int):
+        return np.asarray(int.from_bytes(bytes([byte]) * (width // 8), "little"), udtype)
+
+    def shr(v, k: int):
+        return ctx.op.BitShift(v, np.asarray(k, udtype), direction="RIGHT")
+
+    ux = ctx.op.Sub(ux, ctx.op.BitwiseAnd(shr(ux, 1), pattern(0x55)))
+    ux = ctx.op.Add(
+        ctx.op.BitwiseAnd(ux, pattern(0x33)), ctx.op.BitwiseAnd(shr(ux, 2), pattern(0x33))
+    )
+    ux = ctx.op.BitwiseAnd(ctx.op.Add(ux, shr(ux, 4)), pattern(0x0F))
+    if width == 8:
+        return ux
+    return shr(ctx.op.Mul(ux, pattern(0x01)), width - 8)
+
+
+@rules.lowering(lax.population_count_p, min_opset=18)
+def population_count(ctx, x):
+    """population_count -> SWAR bit counting with BitShift/BitwiseAnd/Add (no ONNX op)."""
+    dtype = np.dtype(ctx.avals_in[0].dtype)
+    ux, udtype = _bits(ctx, x, dtype)
+    return cast(ctx, _popcount(ctx, ux, udtype), dtype)
+
+
+@rules.lowering(lax.clz_p, min_opset=18)
+def clz(ctx, x):
+    """clz -> bits - popcount(x smeared right): ORing in x >> 1, 2, 4 ... sets every bit
+    below the leading one (no ONNX op counts leading zeros)."""
+    dtype = np.dtype(ctx.avals_in[0].dtype)
+    width = 8 * dtype.itemsize
+    ux, udtype = _bits(ctx, x, dtype)
+    k = 1
+    while k < width:
+        shifted = ctx.op.BitShift(ux, np.asarray(k, udtype), direction="RIGHT")
+        ux = ctx.op.BitwiseOr(ux, shifted)
+        k *= 2
+    count = ctx.op.Sub(np.asarray(width, udtype), _popcount(ctx, ux, udtype))
+    return cast(ctx, count, dtype)
+
+
+# ---------------------------------------------------------------- cases
+
+_BOOLS = [np.array([True, True, False, False]), np.array([True, False, True, False])]
+
+for _prim, _fn in (
+    (lax.and_p, lax.bitwise_and),
+    (lax.or_p, lax.bitwise_or),
+    (lax.xor_p, lax.bitwise_xor),
+):
+    rules.add_cases(
+        _prim,
+        [
+            case(f"{_prim.name}_bool", _fn, _BOOLS),
+            case(f"{_prim.name}_bool_opset17", _fn, _BOOLS, opset=17),
+            *int_cases(_prim.name, _fn),
+        ],
+    )
+rules.add_cases(
+    lax.not_p,
+    [
+        case("not_bool", lax.bitwise_not, [_BOOLS[0]], expect=["Not"]),
+        case("not_symbolic", lax.bitwise_not, [("B", 3)], dtypes=[np.int32]),
+        *[
+            case(f"not_{np.dtype(d).name}", lax.bitwise_not, [_edges(d)], variants=x64(d))
+            for d in _INTS
+        ],
+    ],
+)
+
+
+def _shift_pairs(dtype) -> list[np.ndarray]:
+    """Boundary values against every shift amount in [-1, bits + 1] (wrapped into dtype)."""
+    width = 8 * np.dtype(dtype).itemsize
+    values = _edges(dtype)
+    amounts = np.array([*range(-1, width + 2)], np.int64).astype(dtype)
+    return [np.repeat(values, len(amounts)), np.tile(amounts, len(values))]
+
+
+for _prim, _fn in (
+    (lax.shift_left_p, lax.shift_left),
+    (lax.shift_right_logical_p, lax.shift_right_logical),
+    (lax.shift_right_arithmetic_p, lax.shift_right_arithmetic),
+):
+    rules.add_cases(
+        _prim,
+        [
+            case(f"{_prim.name}_symbolic", _fn, [("B", 3), ("B", 3)], dtypes=[np.int32] * 2),
+            *[
+                case(f"{_prim.name}_{np.dtype(d).name}", _fn, _shift_pairs(d), variants=x64(d))
+                for d in _INTS
+            ],
+        ],
+    )
+
+
+def _bit_values(dtype) -> np.ndarray:
+    """Zero, extremes, and every single-bit and low-bits-set pattern of ``dtype``."""
+    width = 8 * np.dtype(dtype).itemsize
+    patterns = [1 << k for k in range(width)] + [(1 << k) - 1 for k in range(width + 1)]
+    patterns.append(0x5A5A5A5A5A5A5A5A % (1 << width))
+    return np.array(patterns, np.uint64).astype(dtype)
+
+
+for _prim, _fn in ((lax.population_count_p, lax.population_count), (lax.clz_p, lax.clz)):
+    rules.add_cases(
+        _prim,
+        [
+            case(f"{_prim.name}_symbolic", _fn, [("B", 3)], dtypes=[np.int32]),
+            *[
+                case(f"{_prim.name}_{np.dtype(d).name}", _fn, [_bit_values(d)], variants=x64(d))
+                for d in _INTS
+            ],
+        ],
+    )
