@@ -1,9 +1,7 @@
 """Binary arithmetic, comparisons, clamp and selection.
 
-ONNX Runtime (CPU) has no kernel for some dtypes: Where lacks bool, int16,
-uint16 and uint64; Max/Min lack bool, int16 and uint16; Less & co. lack bool;
-nothing computes in bfloat16. Those dtypes are computed in a wider dtype where
-that is exact (see ``_WIDER``) and cast back.
+ONNX Runtime (CPU) has no kernel for some dtypes; those are computed in a
+wider dtype where that is exact and cast back (``_util.kernel_dtype``).
 """
 
 from __future__ import annotations
@@ -14,56 +12,15 @@ import numpy as np
 from jax import lax
 
 from jax2onnx.plugin import case
+from jax2onnx_lax._casedata import INTS, edges, int_cases, x64
 from jax2onnx_lax._rules import rules
-from jax2onnx_lax._util import cast
-
-_BF16 = np.dtype(jnp.bfloat16)
-# Exact stand-ins: ints widen by value (uint64 -> int64 keeps the bits, which is
-# all Where needs), bool -> uint8, bfloat16 -> float32 (one rounding back, like XLA).
-_WIDER = {
-    np.dtype(np.bool_): np.dtype(np.uint8),
-    np.dtype(np.int16): np.dtype(np.int32),
-    np.dtype(np.uint16): np.dtype(np.int32),
-    np.dtype(np.uint64): np.dtype(np.int64),
-    _BF16: np.dtype(np.float32),
-}
-_GAPS = {
-    "Where": {np.bool_, np.int16, np.uint16, np.uint64},
-    "Max": {np.bool_, np.int16, np.uint16},
-    "Less": {np.bool_},
-    "Clip": {np.int16, np.uint16},
-}
-_GAPS["Min"] = _GAPS["Max"]
-_GAPS.update(dict.fromkeys(("LessOrEqual", "Greater", "GreaterOrEqual"), _GAPS["Less"]))
-
-
-def _compute_dtype(op_type: str, dtype) -> np.dtype:
-    """The dtype ONNX Runtime computes ``op_type`` in for operands of ``dtype``."""
-    dtype = np.dtype(dtype)
-    if dtype == _BF16 or dtype.type in _GAPS.get(op_type, ()):
-        return _WIDER[dtype]
-    return dtype
-
-
-def where(ctx, cond, a, b, dtype):
-    """``Where(cond, a, b)`` for operands of ``dtype``, widened where ORT has no kernel."""
-    wide = _compute_dtype("Where", dtype)
-    if wide == np.dtype(dtype):
-        return ctx.op.Where(cond, a, b)
-    a, b = (
-        np.asarray(v, dtype).astype(wide) if _is_number(v) else cast(ctx, v, wide) for v in (a, b)
-    )
-    return cast(ctx, ctx.op.Where(cond, a, b), dtype)
-
-
-def _is_number(v) -> bool:
-    return isinstance(v, (int, float, bool, np.generic, np.ndarray))
+from jax2onnx_lax._util import BF16, cast, kernel_dtype, where
 
 
 def _binary(ctx, op_type: str, x, y, dtype, **attrs):
     """One ``op_type`` node on operands of ``dtype``, widened where ORT has no kernel."""
     dtype = np.dtype(dtype)
-    wide = _compute_dtype(op_type, dtype)
+    wide = kernel_dtype(op_type, dtype)
     if wide == dtype:
         return getattr(ctx.op, op_type)(x, y, **attrs)
     out = getattr(ctx.op, op_type)(cast(ctx, x, wide), cast(ctx, y, wide), **attrs)
@@ -233,8 +190,8 @@ def clamp(ctx, lo, x, hi):
     bound, lax.clamp propagates it), otherwise Min(Max(x, lo), hi)."""
     dtype = np.dtype(ctx.avals_in[1].dtype)
     scalar = ctx.avals_in[0].ndim == 0 and ctx.avals_in[2].ndim == 0
-    if scalar and dtype.kind in "iuf" and dtype != _BF16 and _not_nan(lo) and _not_nan(hi):
-        wide = _compute_dtype("Clip", dtype)
+    if scalar and dtype.kind in "iuf" and dtype != BF16 and _not_nan(lo) and _not_nan(hi):
+        wide = kernel_dtype("Clip", dtype)
         if wide == dtype:
             return ctx.op.Clip(x, lo, hi)
         return cast(ctx, ctx.op.Clip(*(cast(ctx, v, wide) for v in (x, lo, hi))), dtype)
@@ -254,7 +211,7 @@ def select_n(ctx, which, *cases):
     if len(cases) == 1:
         return ctx.op.Identity(cases[0])
     dtype = np.dtype(ctx.avals_out[0].dtype)
-    wide = _compute_dtype("Where", dtype)
+    wide = kernel_dtype("Where", dtype)
     if wide != dtype:
         cases = [cast(ctx, c, wide) for c in cases]
     which_dtype = ctx.avals_in[0].dtype
@@ -266,36 +223,6 @@ def select_n(ctx, which, *cases):
             hit = ctx.op.Equal(which, np.asarray(i, which_dtype))
             result = ctx.op.Where(hit, cases[i], result)
     return result if wide == dtype else cast(ctx, result, dtype)
-
-
-# ---------------------------------------------------------------- cases
-
-_INTS = (np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32, np.uint64)
-
-
-def _edges(dtype) -> np.ndarray:
-    """Boundary values of an integer dtype: extremes, around zero, a few small ones."""
-    info = np.iinfo(dtype)
-    values = {info.min, info.min + 1, info.max - 1, info.max, 0, 1, 2, 7}
-    if info.min < 0:
-        values |= {-1, -2, -7}
-    return np.array(sorted(values), dtype=dtype)
-
-
-def _all_pairs(dtype) -> list[np.ndarray]:
-    """Every pair of boundary values, as two flat arrays (overflow, x / 0, MIN / -1 ...)."""
-    v = _edges(dtype)
-    return [np.repeat(v, len(v)), np.tile(v, len(v))]
-
-
-def x64(dtype) -> list[str] | None:
-    """``variants=`` for a case with inputs of ``dtype``: 64-bit ints need x64 mode."""
-    return ["f64"] if np.dtype(dtype).itemsize == 8 else None
-
-
-def int_cases(name: str, fn, dtypes=_INTS) -> list:
-    """One case per integer dtype on all pairs of its boundary values."""
-    return [case(f"{name}_{np.dtype(d).name}", fn, _all_pairs(d), variants=x64(d)) for d in dtypes]
 
 
 def _bf16(fn):
@@ -454,19 +381,19 @@ rules.add_cases(
             case(
                 f"clamp_{np.dtype(d).name}",
                 lambda lo, x, hi: lax.clamp(lo, x, hi),
-                [_edges(d)[1:2].reshape(()), _edges(d), _edges(d)[-3:-2].reshape(())],
+                [edges(d)[1:2].reshape(()), edges(d), edges(d)[-3:-2].reshape(())],
                 variants=x64(d),
             )
-            for d in _INTS
+            for d in INTS
         ],
         *[
             case(
                 f"clamp_arrays_{np.dtype(d).name}",
                 lax.clamp,
                 [
-                    np.full(len(_edges(d)), _edges(d)[1]),
-                    _edges(d),
-                    np.full(len(_edges(d)), _edges(d)[-3]),
+                    np.full(len(edges(d)), edges(d)[1]),
+                    edges(d),
+                    np.full(len(edges(d)), edges(d)[-3]),
                 ],
                 variants=x64(d),
             )
@@ -494,14 +421,14 @@ rules.add_cases(
                 f"select_{np.dtype(d).name}",
                 lambda p, a, b, c: lax.select_n(p, a, b, c),
                 [
-                    np.array([0, 1, 2, 0, 1, 2, 2, 0, 1, 0, 1], np.int32)[: len(_edges(d))],
-                    _edges(d),
-                    _edges(d)[::-1],
-                    _edges(d) // 2,
+                    np.array([0, 1, 2, 0, 1, 2, 2, 0, 1, 0, 1], np.int32)[: len(edges(d))],
+                    edges(d),
+                    edges(d)[::-1],
+                    edges(d) // 2,
                 ],
                 variants=x64(d),
             )
-            for d in _INTS
+            for d in INTS
         ],
     ],
 )

@@ -12,9 +12,9 @@ import numpy as np
 from jax import lax
 
 from jax2onnx.plugin import case
+from jax2onnx_lax._casedata import INTS, edges, int_cases, x64
 from jax2onnx_lax._rules import rules
-from jax2onnx_lax._util import cast
-from jax2onnx_lax.binary import _INTS, _edges, int_cases, where, x64
+from jax2onnx_lax._util import cast, where
 
 _UNSIGNED = {1: (np.uint8,), 2: (np.uint16, np.uint32), 4: (np.uint32,), 8: (np.uint64,)}
 
@@ -155,8 +155,8 @@ rules.add_cases(
         case("not_bool", lax.bitwise_not, [_BOOLS[0]], expect=["Not"]),
         case("not_symbolic", lax.bitwise_not, [("B", 3)], dtypes=[np.int32]),
         *[
-            case(f"not_{np.dtype(d).name}", lax.bitwise_not, [_edges(d)], variants=x64(d))
-            for d in _INTS
+            case(f"not_{np.dtype(d).name}", lax.bitwise_not, [edges(d)], variants=x64(d))
+            for d in INTS
         ],
     ],
 )
@@ -165,7 +165,7 @@ rules.add_cases(
 def _shift_pairs(dtype) -> list[np.ndarray]:
     """Boundary values against every shift amount in [-1, bits + 1] (wrapped into dtype)."""
     width = 8 * np.dtype(dtype).itemsize
-    values = _edges(dtype)
+    values = edges(dtype)
     amounts = np.array([*range(-1, width + 2)], np.int64).astype(dtype)
     return [np.repeat(values, len(amounts)), np.tile(amounts, len(values))]
 
@@ -181,7 +181,7 @@ for _prim, _fn in (
             case(f"{_prim.name}_symbolic", _fn, [("B", 3), ("B", 3)], dtypes=[np.int32] * 2),
             *[
                 case(f"{_prim.name}_{np.dtype(d).name}", _fn, _shift_pairs(d), variants=x64(d))
-                for d in _INTS
+                for d in INTS
             ],
         ],
     )
@@ -202,7 +202,7 @@ for _prim, _fn in ((lax.population_count_p, lax.population_count), (lax.clz_p, l
             case(f"{_prim.name}_symbolic", _fn, [("B", 3)], dtypes=[np.int32]),
             *[
                 case(f"{_prim.name}_{np.dtype(d).name}", _fn, [_bit_values(d)], variants=x64(d))
-                for d in _INTS
+                for d in INTS
             ],
         ],
     )

@@ -15,8 +15,8 @@ from jax import lax
 
 from jax2onnx.plugin import case
 from jax2onnx_lax._rules import rules
-from jax2onnx_lax._util import i64
-from jax2onnx_lax.dot import compute_dtype, permute, reshape, to_dtype
+from jax2onnx_lax._util import i64, permute, reshape, to_dtype
+from jax2onnx_lax.dot import compute_dtype
 
 _INT64_MAX = np.iinfo(np.int64).max
 _INT64_MIN = np.iinfo(np.int64).min

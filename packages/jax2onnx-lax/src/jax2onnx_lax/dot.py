@@ -10,10 +10,9 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from jax2onnx.dims import is_symbolic
 from jax2onnx.plugin import case
 from jax2onnx_lax._rules import rules
-from jax2onnx_lax._util import cast, i64
+from jax2onnx_lax._util import cast, i64, permute, reshape, to_dtype
 
 _LETTERS = "abcdefghijklmnopqrstuvwxyz"
 # dtypes ONNX Runtime's CPU MatMul has kernels for
@@ -44,39 +43,6 @@ def compute_dtype(dtype) -> np.dtype:
     if dtype.kind == "u":
         return np.dtype(np.uint32)
     return np.dtype(np.int32)
-
-
-def to_dtype(ctx, x, src, dst):
-    """``x`` cast from ``src`` to ``dst``; constants are converted at conversion time."""
-    if np.dtype(src) == np.dtype(dst):
-        return x
-    if x.const_value is not None:
-        return ctx.const(x.const_value.numpy().astype(dst))
-    return cast(ctx, x, dst)
-
-
-def permute(ctx, x, perm):
-    """Transpose ``x``; constants are permuted at conversion time (no Transpose node)."""
-    perm = [int(p) for p in perm]
-    if perm == list(range(len(perm))):
-        return x
-    if x.const_value is not None:
-        return ctx.const(np.transpose(x.const_value.numpy(), perm))
-    return ctx.op.Transpose(x, perm=perm)
-
-
-def reshape(ctx, x, dims, keep=0):
-    """Reshape to ``dims``; the first ``keep`` axes are unchanged (copied with 0 when symbolic)."""
-    dims = list(dims)
-    if not any(is_symbolic(d) for d in dims):
-        return ctx.op.Reshape(x, i64(ctx, dims), allowzero=1 if 0 in dims else None)
-    tail = dims[keep:]
-    if not any(is_symbolic(d) for d in tail) and 0 not in tail:
-        return ctx.op.Reshape(x, i64(ctx, [0] * keep + [int(d) for d in tail]))
-    if sum(is_symbolic(d) for d in tail) == 1 and 0 not in tail:
-        spec = [0] * keep + [-1 if is_symbolic(d) else int(d) for d in tail]
-        return ctx.op.Reshape(x, i64(ctx, spec))
-    return ctx.op.Reshape(x, ctx.shape(dims))
 
 
 def _prod(dims):

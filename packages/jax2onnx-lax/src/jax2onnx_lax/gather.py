@@ -28,8 +28,7 @@ from jax.lax import GatherDimensionNumbers, GatherScatterMode
 from jax2onnx.dims import is_symbolic
 from jax2onnx.plugin import case
 from jax2onnx_lax._rules import rules
-from jax2onnx_lax._util import cast, i64
-from jax2onnx_lax.binary import where
+from jax2onnx_lax._util import cast, i64, where
 from jax2onnx_lax.indexing import as_int64, clamp_starts, constant, same_dim
 
 _I64 = np.int64

@@ -9,13 +9,12 @@ from jax import lax
 
 from jax2onnx.dtypes import onnx_dtype
 from jax2onnx.plugin import case
+from jax2onnx_lax._casedata import INTS, edges
 from jax2onnx_lax._rules import rules
-from jax2onnx_lax._util import cast, i64
-from jax2onnx_lax.binary import _edges, where
+from jax2onnx_lax._util import cast, i64, where
 
 _BF16 = np.dtype(jnp.bfloat16)
 _FLOATS = (np.float16, _BF16, np.float32, np.float64)
-_INTS = (np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32, np.uint64)
 
 
 @rules.lowering(lax.convert_element_type_p)
@@ -125,7 +124,7 @@ def _values(dtype) -> np.ndarray:
     if dtype == np.bool_:
         return np.array([True, False])
     if dtype.kind in "iu":
-        return _edges(dtype)
+        return edges(dtype)
     with np.errstate(over="ignore"):
         return np.array(_FLOAT_VALUES, np.float64).astype(dtype)
 
@@ -143,7 +142,7 @@ def _convert_case(src, dst):
     return case(name, fn, [_values(fed)], variants=["f64" if wide else "f32"])
 
 
-_ALL = (np.bool_, *_INTS, *_FLOATS)
+_ALL = (np.bool_, *INTS, *_FLOATS)
 rules.add_cases(
     lax.convert_element_type_p,
     [
@@ -185,22 +184,22 @@ _F16_BITS = np.array([1.5, -2.0, np.nan, -np.inf, 0.0, -0.0, 1e-7, 65504.0], np.
 rules.add_cases(
     lax.bitcast_convert_type_p,
     [
-        _bitcast_case("i32_to_u32", _edges(np.int32), np.uint32, counts={"BitCast": 0}),
-        _bitcast_case("u8_to_i8", _edges(np.uint8), np.int8),
-        _bitcast_case("i16_to_u16", _edges(np.int16), np.uint16),
-        _bitcast_case("u64_to_i64", _edges(np.uint64), np.int64),
+        _bitcast_case("i32_to_u32", edges(np.int32), np.uint32, counts={"BitCast": 0}),
+        _bitcast_case("u8_to_i8", edges(np.uint8), np.int8),
+        _bitcast_case("i16_to_u16", edges(np.int16), np.uint16),
+        _bitcast_case("u64_to_i64", edges(np.uint64), np.int64),
         _bitcast_case("f32_to_i32", _F32_BITS, np.int32, opset=26, expect=["BitCast"]),
-        _bitcast_case("i32_to_f32", _edges(np.int32), np.float32, opset=26),
+        _bitcast_case("i32_to_f32", edges(np.int32), np.float32, opset=26),
         _bitcast_case("f64_to_u64", _F32_BITS.astype(np.float64), np.uint64, opset=26),
         _bitcast_case("f16_to_i16", _F16_BITS, np.int16, opset=26),
-        _bitcast_case("u16_to_f16", _edges(np.uint16), np.float16, opset=26),
-        _bitcast_case("i32_to_u8", _edges(np.int32), np.uint8),
-        _bitcast_case("u8x4_to_i32", _edges(np.uint8)[:4].reshape(1, 4), np.int32),
-        _bitcast_case("i16_to_i8", _edges(np.int16).reshape(-1, 1), np.int8),
-        _bitcast_case("i8x2_to_u16", _edges(np.int8)[:10].reshape(5, 2), np.uint16),
-        _bitcast_case("i64_to_i16", _edges(np.int64), np.int16),
-        _bitcast_case("u16x4_to_u64", _edges(np.uint16)[:4].reshape(1, 4), np.uint64),
-        _bitcast_case("i32_to_u16", _edges(np.int32), np.uint16),
+        _bitcast_case("u16_to_f16", edges(np.uint16), np.float16, opset=26),
+        _bitcast_case("i32_to_u8", edges(np.int32), np.uint8),
+        _bitcast_case("u8x4_to_i32", edges(np.uint8)[:4].reshape(1, 4), np.int32),
+        _bitcast_case("i16_to_i8", edges(np.int16).reshape(-1, 1), np.int8),
+        _bitcast_case("i8x2_to_u16", edges(np.int8)[:10].reshape(5, 2), np.uint16),
+        _bitcast_case("i64_to_i16", edges(np.int64), np.int16),
+        _bitcast_case("u16x4_to_u64", edges(np.uint16)[:4].reshape(1, 4), np.uint64),
+        _bitcast_case("i32_to_u16", edges(np.int32), np.uint16),
         _bitcast_case("f32_to_u8", _F32_BITS, np.uint8, opset=26),
         _bitcast_case(
             "u8x4_to_f32", np.arange(16, dtype=np.uint8).reshape(4, 4), np.float32, opset=26
@@ -237,7 +236,7 @@ rules.add_cases(
     "empty",
     [
         case("empty", lambda x: x + lax.empty((2, 3), x.dtype), [(2, 3)]),
-        case("empty_uint16", lambda x: x + lax.empty((4,), x.dtype), [_edges(np.uint16)[:4]]),
+        case("empty_uint16", lambda x: x + lax.empty((4,), x.dtype), [edges(np.uint16)[:4]]),
         case("empty_bool", lambda x: x | lax.empty((2,), np.bool_), [np.array([True, False])]),
     ],
 )
