@@ -133,3 +133,21 @@ def test_symbolic_dim_expressions_flow_to_outputs():
 def test_static_reshape_has_no_shape_arithmetic():
     model = to_onnx(lambda x: x.reshape(6, 2) * 2.0, [(3, 4)])
     assert [n.op_type for n in model.graph.node] == ["Reshape", "Mul"]
+
+
+def test_input_params_drive_control_flow_at_runtime():
+    def f(x, *, deterministic, scale):
+        y = jax.lax.cond(deterministic, lambda v: v, lambda v: v * 0.5, x)
+        return jax.lax.fori_loop(0, 3, lambda i, v: v * scale, y)
+
+    model = to_onnx(f, [("B", 3)], input_params={"deterministic": True, "scale": 2.0})
+    assert [i.name for i in model.graph.input] == ["in_0", "deterministic", "scale"]
+    x = np.arange(6, dtype=np.float32).reshape(2, 3)
+    for flag, scale in ((True, 2.0), (False, 1.5)):
+        feed = {
+            "in_0": x,
+            "deterministic": np.asarray(flag),
+            "scale": np.asarray(scale, np.float32),
+        }
+        (got,) = _run(model, feed)
+        np.testing.assert_allclose(got, f(x, deterministic=flag, scale=scale), rtol=1e-6)

@@ -94,6 +94,28 @@ def custom_vjp_call(ctx, *args, call_jaxpr, **_):
     return ctx.inline(call_jaxpr, args)
 
 
+def _single_device_shard_map():
+    from jax.sharding import PartitionSpec
+
+    mesh = jax.make_mesh((1,), ("x",))
+    body = lambda a: jnp.tanh(a) * 2.0  # noqa: E731
+    return jax.shard_map(body, mesh=mesh, in_specs=PartitionSpec(), out_specs=PartitionSpec())
+
+
+@rules.lowering(
+    "shard_map",
+    cases=[case("single_device", _single_device_shard_map, [("B", 3)], factory=True)],
+)
+def shard_map(ctx, *args, jaxpr, mesh, **_):
+    """``jax.shard_map`` on a one-device mesh is its body: inlined."""
+    if mesh.size != 1:
+        raise ctx.error(
+            f"shard_map over a mesh of {mesh.size} devices has no ONNX form; export the "
+            "function with a one-device mesh (jax.make_mesh((1,), names))"
+        )
+    return ctx.inline(jaxpr, args)
+
+
 @hookimpl
 def jax2onnx_rules() -> Rules:
     return rules
