@@ -62,20 +62,20 @@ def ne(ctx, x, y):
 @rules.lowering(lax.max_p)
 def max_(ctx, x, y):
     """max -> Max (propagates NaN like lax.max); Or for bool."""
-    return _max(ctx, x, y, ctx.avals_in[0].dtype)
+    return maximum(ctx, x, y, ctx.avals_in[0].dtype)
 
 
-def _max(ctx, x, y, dtype):
+def maximum(ctx, x, y, dtype):
     return ctx.op.Or(x, y) if dtype == np.bool_ else _binary(ctx, "Max", x, y, dtype)
 
 
 @rules.lowering(lax.min_p)
 def min_(ctx, x, y):
     """min -> Min (propagates NaN like lax.min); And for bool."""
-    return _min(ctx, x, y, ctx.avals_in[0].dtype)
+    return minimum(ctx, x, y, ctx.avals_in[0].dtype)
 
 
-def _min(ctx, x, y, dtype):
+def minimum(ctx, x, y, dtype):
     return ctx.op.And(x, y) if dtype == np.bool_ else _binary(ctx, "Min", x, y, dtype)
 
 
@@ -195,7 +195,7 @@ def clamp(ctx, lo, x, hi):
         if wide == dtype:
             return ctx.op.Clip(x, lo, hi)
         return cast(ctx, ctx.op.Clip(*(cast(ctx, v, wide) for v in (x, lo, hi))), dtype)
-    return _min(ctx, _max(ctx, x, lo, dtype), hi, dtype)
+    return minimum(ctx, maximum(ctx, x, lo, dtype), hi, dtype)
 
 
 def _not_nan(v) -> bool:

@@ -298,7 +298,7 @@ def gather(ctx, operand, indices, *, dimension_numbers, slice_sizes, mode, fill_
     keep = None
     if start_map:
         if GatherScatterMode.from_any(mode) == GatherScatterMode.FILL_OR_DROP:
-            keep = _in_bounds(ctx, starts, upper)
+            keep = in_bounds(ctx, starts, upper)
         starts = clamp_starts(ctx, starts, upper)
     result, labels = _gather(ctx, operand, starts, dn, slice_sizes, shape, n)
     collapsed = set(dn.collapsed_slice_dims) | set(dn.operand_batching_dims)
@@ -316,7 +316,7 @@ def gather(ctx, operand, indices, *, dimension_numbers, slice_sizes, mode, fill_
     return where(ctx, keep, result, np.asarray(fill_value, dtype), dtype)
 
 
-def _in_bounds(ctx, starts, upper):
+def in_bounds(ctx, starts, upper):
     """Whether each whole window is in bounds (a bool per index), or None when always."""
     value = constant(starts)
     if value is not None and not any(is_symbolic(u) for u in upper):
@@ -368,7 +368,7 @@ def _gather(ctx, x, starts, dn, slice_sizes, shape, n):
     if windows:
         starts = ctx.op.Add(
             ctx.op.Unsqueeze(starts, i64(ctx, list(range(n, n + len(windows))))),
-            ctx.const(_window_grid(ctx, [slice_sizes[d] for d in windows], indexed, windows)),
+            ctx.const(window_grid(ctx, [slice_sizes[d] for d in windows], indexed, windows)),
         )
     index_axes = [pairs[d] for d in pairs]
     index_axes += [i for i in range(n) if i not in index_axes]
@@ -392,7 +392,7 @@ def _along_axis(dn, slice_sizes, rank, n) -> bool:
     )
 
 
-def _window_grid(ctx, sizes, indexed, windows):
+def window_grid(ctx, sizes, indexed, windows):
     """Offsets ``[*sizes, len(indexed)]`` that turn window starts into element indices."""
     if any(is_symbolic(s) for s in sizes):
         raise ctx.error(f"gather windows of symbolic size {sizes} are not supported")
