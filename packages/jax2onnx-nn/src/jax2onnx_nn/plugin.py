@@ -1,16 +1,17 @@
 """jax2onnx-nn: ``jax.nn`` as macro primitives.
 
-This release registers the plugin and its (still empty) rule set; the
-activations, softmax family and attention land as macro primitives with
-batching and JVP rules. Until then ``jax.nn`` functions convert through their
-``jax.lax`` decomposition, lowered by jax2onnx-lax.
+Each intercepted ``jax.nn`` function binds one macro primitive while
+``to_onnx`` traces, so the exported graph holds the single ONNX op a human
+would write (``Gelu``, ``Softmax`` ...). Every macro primitive has a batching
+rule and (where differentiable) a JVP rule, so ``jax.vmap`` and ``jax.grad``
+convert too.
 """
 
 from __future__ import annotations
 
 from jax2onnx.plugin import Rules, hookimpl
-
-rules = Rules("nn")
+from jax2onnx_nn import activations, attention, softmax  # noqa: F401 - importing a family module registers its rules
+from jax2onnx_nn._rules import rules
 
 
 @hookimpl

@@ -1,0 +1,104 @@
+"""Helpers shared by the nn family modules: macro registration and decomposition."""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import jax
+import numpy as np
+
+from jax2onnx.macro import default_binder
+from jax2onnx_nn._rules import rules
+
+F32 = np.dtype(np.float32)
+F64 = np.dtype(np.float64)
+
+
+def macro(
+    name: str,
+    impl: Callable[..., Any],
+    targets: Sequence[str],
+    *,
+    batching: Any = "elementwise",
+    jvp: Any = "fallback",
+    accept: Callable[[dict[str, Any]], bool] | None = None,
+) -> Any:
+    """A macro primitive ``nn.<name>`` evaluated by ``impl``, intercepting ``targets``.
+
+    ``accept(arguments)`` (the call's bound arguments, defaults applied) may
+    refuse a call the primitive does not cover; that call runs the original
+    function and converts through its decomposition.
+    """
+    prim = rules.primitive(name, impl=impl, batching=batching, jvp=jvp)
+    binder = None if accept is None else _guarded(prim, accept)
+    for target in targets:
+        rules.intercept(target, prim, binder=binder)
+    return prim
+
+
+def _guarded(prim, accept):
+    def make(original):
+        bound = default_binder(original, prim)
+        signature = inspect.signature(original)
+
+        @functools.wraps(original)
+        def call(*args, **kwargs):
+            try:
+                arguments = signature.bind(*args, **kwargs)
+            except TypeError:
+                return original(*args, **kwargs)
+            arguments.apply_defaults()
+            if not accept(dict(arguments.arguments)):
+                return original(*args, **kwargs)
+            return bound(*args, **kwargs)
+
+        return call
+
+    return make
+
+
+def dtype_in(ctx, dtypes: Sequence[Any]) -> bool:
+    """Whether the first operand's dtype is one of ``dtypes``."""
+    return np.dtype(ctx.avals_in[0].dtype) in {np.dtype(d) for d in dtypes}
+
+
+def decompose(ctx, impl: Callable[..., Any], *inputs: Any, **params: Any) -> Any:
+    """Inline JAX's own decomposition of ``impl`` (lowered by the lax lowerings).
+
+    For dtypes ONNX Runtime has no kernel for (float64 for most activation
+    ops, float16, integers) and for forms the single ONNX op does not cover:
+    the numbers are exactly JAX's.
+    """
+    specs = [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in ctx.avals_in]
+    closed = jax.make_jaxpr(functools.partial(impl, **params))(*specs)
+    outs = ctx.inline(closed, list(inputs))
+    return outs[0] if len(outs) == 1 else outs
+
+
+def canonical_axes(axis: Any, ndim: int) -> tuple[int, ...]:
+    """``axis`` (None, an int or a sequence) as sorted non-negative ints."""
+    if axis is None:
+        return tuple(range(ndim))
+    if isinstance(axis, (int, np.integer)):
+        axis = (axis,)
+    return tuple(sorted(int(a) % ndim if ndim else int(a) for a in axis))
+
+
+def shifted_axis(axis: Any, ndim: int) -> Any:
+    """``axis`` of an ``ndim`` operand, renumbered for a batch axis added in front."""
+    if axis is None:
+        return tuple(range(1, ndim + 1))
+    if isinstance(axis, (int, np.integer)):
+        return int(axis) % ndim + 1
+    return tuple(int(a) % ndim + 1 for a in axis)
+
+
+def batch_front(args, dims):
+    """Move every batch axis to the front (broadcasting unbatched operands)."""
+    from jax.interpreters import batching
+
+    size = next(a.shape[d] for a, d in zip(args, dims, strict=True) if d is not None)
+    return [batching.bdim_at_front(a, d, size) for a, d in zip(args, dims, strict=True)]
