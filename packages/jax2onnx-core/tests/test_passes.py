@@ -1,0 +1,61 @@
+"""Our graph passes: Transpose folding and MatMul + Add -> Gemm, numbers unchanged."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import onnx
+import onnxruntime as ort
+
+from jax2onnx import to_onnx
+
+W = np.linspace(-1, 1, 12, dtype=np.float32).reshape(4, 3)
+B = np.array([0.5, -1.0, 2.0], np.float32)
+
+
+def _ops(model):
+    return [n.op_type for n in model.graph.node]
+
+
+def _check(model, fn, x):
+    onnx.checker.check_model(model, full_check=True)
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    (got,) = session.run(None, {"in_0": x})
+    np.testing.assert_allclose(got, fn(x), rtol=1e-6, atol=1e-6)
+
+
+def test_dense_layer_becomes_one_gemm():
+    fn = lambda x: jnp.tanh(x @ W + B)
+    model = to_onnx(fn, [("N", 4)])
+    assert _ops(model) == ["Gemm", "Tanh"]
+    _check(model, fn, np.random.default_rng(0).standard_normal((5, 4)).astype(np.float32))
+
+
+def test_gemm_output_can_be_the_graph_output():
+    fn = lambda x: x @ W + B
+    model = to_onnx(fn, [(2, 4)])
+    assert _ops(model) == ["Gemm"]
+    _check(model, fn, np.ones((2, 4), np.float32))
+
+
+def test_rank3_and_shared_products_stay_matmul():
+    model = to_onnx(lambda x: x @ W + B, [("B", 2, 4)])
+    assert _ops(model) == ["MatMul", "Add"]
+    shared = lambda x: (x @ W + B, jax.nn.relu(x @ W))
+    model = to_onnx(shared, [(2, 4)])
+    assert "Gemm" not in _ops(model)
+
+
+def test_integer_matmul_add_is_not_fused():
+    w = np.arange(12, dtype=np.int32).reshape(4, 3)
+    model = to_onnx(lambda x: x @ w + 1, [np.zeros((2, 4), np.int32)])
+    assert "Gemm" not in _ops(model)
+
+
+def test_transpose_pairs_fold_away():
+    fn = lambda x: jnp.transpose(jnp.transpose(x, (1, 0, 2)) * 2.0, (1, 0, 2))
+    model = to_onnx(fn, [(2, 3, 4)])
+    assert _ops(model).count("Transpose") == 2  # Mul sits between them: nothing to fold
+    fn = lambda x: jnp.transpose(jnp.transpose(x, (1, 2, 0)), (2, 0, 1)) + 1.0
+    model = to_onnx(fn, [(2, 3, 4)])
+    assert "Transpose" not in _ops(model)
+    _check(model, fn, np.ones((2, 3, 4), np.float32))
