@@ -6,6 +6,8 @@ wider dtype where that is exact and cast back (``_util.kernel_dtype``).
 
 from __future__ import annotations
 
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -432,3 +434,46 @@ rules.add_cases(
         ],
     ],
 )
+
+
+# -- total-order comparisons (lax.eq_to / le_to / lt_to) ----------------------------
+
+
+def _total_order(ctx, x, y, kind):
+    """JAX's total order on floats: -0.0 < +0.0 and NaN above +inf (all NaNs equal).
+
+    ``a < b`` on non-NaN values, with a tie between zeros broken by the sign bit;
+    a NaN is above every number. ONNX cannot read a NaN's sign below opset 26, so
+    a negative NaN (which JAX orders below -inf) counts as positive here.
+    Integers and bools use the plain comparison.
+    """
+    dtype = np.dtype(ctx.avals_in[0].dtype)
+    plain = {"lt": "Less", "le": "LessOrEqual", "eq": "Equal"}[kind]
+    if dtype.kind not in "f" and dtype != BF16:
+        return _binary(ctx, plain, x, y, dtype)
+    if dtype == BF16 or dtype == np.float16:
+        x, y = cast(ctx, x, np.float32), cast(ctx, y, np.float32)
+    x_nan, y_nan = ctx.op.IsNaN(x), ctx.op.IsNaN(y)
+    sx, sy = _signbit(ctx, x), _signbit(ctx, y)
+    equal = ctx.op.And(ctx.op.Equal(x, y), ctx.op.Equal(sx, sy))
+    eq = ctx.op.Or(equal, ctx.op.And(x_nan, y_nan))
+    if kind == "eq":
+        return eq
+    zeros_in_order = ctx.op.And(ctx.op.Equal(x, y), ctx.op.And(sx, ctx.op.Not(sy)))
+    less = ctx.op.Or(ctx.op.Less(x, y), zeros_in_order)
+    lt = ctx.op.Or(ctx.op.And(ctx.op.Not(x_nan), less), ctx.op.And(ctx.op.Not(x_nan), y_nan))
+    return lt if kind == "lt" else ctx.op.Or(lt, eq)
+
+
+_ORDER_EDGES = np.array([-np.inf, -1.0, -0.0, 0.0, 1e-30, 1.0, np.inf, np.nan], np.float32)
+_ORDER_PAIRS = [np.repeat(_ORDER_EDGES, 8), np.tile(_ORDER_EDGES, 8)]
+
+for _kind, _prim in (("lt", lax.lt_to_p), ("le", lax.le_to_p), ("eq", lax.eq_to_p)):
+    rules.lowering(
+        _prim,
+        cases=[
+            case(f"{_kind}_to_edges", _prim.bind, _ORDER_PAIRS),
+            case(f"{_kind}_to", _prim.bind, [("B", 4), ("B", 4)]),
+            case(f"{_kind}_to_int", _prim.bind, [(5,), (5,)], dtypes=[np.int32, np.int32]),
+        ],
+    )(functools.partial(_total_order, kind=_kind))

@@ -12,6 +12,7 @@ from jax2onnx_lax import (  # noqa: F401 - importing a family module registers i
     dot,
     gather,
     indexing,
+    numpy_api,
     reduction,
     scatter,
     shape,

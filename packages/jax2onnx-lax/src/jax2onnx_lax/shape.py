@@ -179,7 +179,30 @@ def squeeze(ctx, x, *, dimensions):
     ],
 )
 def concatenate(ctx, *xs, dimension):
-    return ctx.op.Concat(*xs, axis=dimension)
+    return ctx.op.Concat(*xs, axis=int(dimension))
+
+
+@rules.lowering(
+    lax.stack_p,
+    cases=[
+        case(
+            "stack_axis1",
+            lambda a, b: jnp.stack([a, b], 1),
+            [("B", 3), ("B", 3)],
+            expect=["Unsqueeze -> Concat:Bx2x3"],
+        ),
+        case(
+            "stack_int",
+            lambda a, b, c: jnp.stack([a, b, c]),
+            [(2,), (2,), (2,)],
+            dtypes=[np.int8, np.int8, np.int8],
+        ),
+    ],
+)
+def stack(ctx, *xs, axis):
+    """Unsqueeze every operand at ``axis``, then one Concat."""
+    axes = ctx.const(np.asarray([int(axis)], np.int64))
+    return ctx.op.Concat(*(ctx.op.Unsqueeze(x, axes) for x in xs), axis=int(axis))
 
 
 @rules.lowering(
