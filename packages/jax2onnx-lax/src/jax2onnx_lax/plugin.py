@@ -11,6 +11,7 @@ from jax2onnx_lax import (  # noqa: F401 - importing a family module registers i
     cumulative,
     dot,
     gather,
+    image,
     indexing,
     numpy_api,
     reduction,
