@@ -436,6 +436,20 @@ class LoweringContext:
         """Lower a sub-jaxpr into the current graph and return its outputs."""
         return self.scope.lower_jaxpr(closed, inputs)
 
+    def decompose(self, fn: Callable[..., Any], *inputs: ir.Value, **params: Any) -> Any:
+        """Inline JAX's own computation ``fn(*inputs, **params)`` into this graph.
+
+        ``fn`` is traced on the avals of this equation's inputs and the result is
+        lowered by the loaded rules: the fallback for dtypes or forms a rule's
+        single ONNX op does not cover, with exactly JAX's numbers.
+        """
+        import functools
+
+        specs = [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in self.avals_in[: len(inputs)]]
+        closed = jax.make_jaxpr(functools.partial(fn, **params))(*specs)
+        outs = self.inline(closed, list(inputs))
+        return outs[0] if len(outs) == 1 else outs
+
     def subgraph(self, name: str) -> SubgraphBuilder:
         """Start a nested graph (an If/Loop/Scan body) that sees this scope's values."""
         return SubgraphBuilder(GraphScope(self.scope.conversion, self.scope), name)

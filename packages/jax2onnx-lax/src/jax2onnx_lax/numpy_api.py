@@ -83,14 +83,6 @@ def _guarded(prim, accept, *, operands: bool = True):
     return make
 
 
-def _decompose(ctx, impl, *inputs, **params):
-    """Inline JAX's own decomposition of ``impl`` (lowered by the lax lowerings)."""
-    specs = [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in ctx.avals_in]
-    closed = jax.make_jaxpr(functools.partial(impl, **params))(*specs)
-    outs = ctx.inline(closed, list(inputs))
-    return outs[0] if len(outs) == 1 else outs
-
-
 # -- jnp.clip ---------------------------------------------------------------
 
 
@@ -147,7 +139,7 @@ def clip(ctx, x, *, min=None, max=None):  # noqa: A002 - jnp.clip's parameter na
                 None if lo is None else ctx.const(lo),
                 None if hi is None else ctx.const(hi),
             )
-    return _decompose(ctx, _clip_impl, x, min=min, max=max)
+    return ctx.decompose(_clip_impl, x, min=min, max=max)
 
 
 _CLIP_EDGES = np.array([np.nan, -np.inf, np.inf, -5.0, -1.0, -0.5, 0.0, 0.5, 2.0, 3.0, 1e30])

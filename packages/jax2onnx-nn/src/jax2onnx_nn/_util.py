@@ -7,7 +7,6 @@ import inspect
 from collections.abc import Callable, Sequence
 from typing import Any
 
-import jax
 import numpy as np
 
 from jax2onnx.macro import default_binder
@@ -63,19 +62,6 @@ def _guarded(prim, accept):
 def dtype_in(ctx, dtypes: Sequence[Any]) -> bool:
     """Whether the first operand's dtype is one of ``dtypes``."""
     return np.dtype(ctx.avals_in[0].dtype) in {np.dtype(d) for d in dtypes}
-
-
-def decompose(ctx, impl: Callable[..., Any], *inputs: Any, **params: Any) -> Any:
-    """Inline JAX's own decomposition of ``impl`` (lowered by the lax lowerings).
-
-    For dtypes ONNX Runtime has no kernel for (float64 for most activation
-    ops, float16, integers) and for forms the single ONNX op does not cover:
-    the numbers are exactly JAX's.
-    """
-    specs = [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in ctx.avals_in]
-    closed = jax.make_jaxpr(functools.partial(impl, **params))(*specs)
-    outs = ctx.inline(closed, list(inputs))
-    return outs[0] if len(outs) == 1 else outs
 
 
 def canonical_axes(axis: Any, ndim: int) -> tuple[int, ...]:

@@ -20,7 +20,7 @@ import numpy as np
 
 from jax2onnx.plugin import case
 from jax2onnx_nn._rules import rules
-from jax2onnx_nn._util import F32, F64, decompose, dtype_in, macro
+from jax2onnx_nn._util import F32, F64, dtype_in, macro
 
 # JAX's SELU constants (jax.nn.selu).
 _SELU_ALPHA = 1.6732632423543772848170429916717
@@ -118,7 +118,7 @@ def _activation(
     prim = macro(name, impl, targets or [f"jax.nn.{name}"], jvp=jvp, accept=_static_rest)
 
     def decomposed(ctx, *xs, **params):
-        return decompose(ctx, impl, *xs, **params)
+        return ctx.decompose(impl, *xs, **params)
 
     decomposed.__name__ = decomposed.__qualname__ = f"{name}_decomposed"
     decomposed.__doc__ = f"JAX's decomposition of jax.nn.{name}, inlined (opsets before the op)."
@@ -131,7 +131,7 @@ def _activation(
     def lower(ctx, *xs, **params):
         if len(xs) == 1 and dtype_in(ctx, native):
             return build(ctx, *xs, **params)
-        return decompose(ctx, impl, *xs, **params)
+        return ctx.decompose(impl, *xs, **params)
 
     lower.__name__ = lower.__qualname__ = name
     lower.__doc__ = doc + " Other dtypes inline JAX's decomposition (ORT has no kernel)."

@@ -27,7 +27,7 @@ import numpy as np
 from jax2onnx.dims import is_symbolic
 from jax2onnx.plugin import case
 from jax2onnx_nn._rules import rules
-from jax2onnx_nn._util import F32, batch_front, decompose
+from jax2onnx_nn._util import F32, batch_front
 
 _dpa = jax.nn.dot_product_attention  # the original, captured before interception
 
@@ -243,7 +243,7 @@ def dot_product_attention(
         or local_window_size is not None
         or (fold_causal and (is_symbolic(t_len) or is_symbolic(s_len)))
     ):
-        return decompose(ctx, _impl, query, key, value, *extra, **params)
+        return ctx.decompose(_impl, query, key, value, *extra, **params)
     n_heads, k_heads, head, v_head = q_shape[-2], k_shape[-2], q_shape[-1], v_shape[-1]
     if unbatched:
         zero = ctx.const(np.asarray([0], np.int64))
@@ -279,4 +279,4 @@ def dot_product_attention(
 @rules.lowering(attention_p)
 def _attention_decomposed(ctx, *operands, **params):
     """JAX's decomposition (einsum, masks, float32 softmax, einsum), inlined (before opset 23)."""
-    return decompose(ctx, _impl, *operands, **params)
+    return ctx.decompose(_impl, *operands, **params)

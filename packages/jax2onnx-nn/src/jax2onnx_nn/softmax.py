@@ -31,7 +31,6 @@ from jax2onnx_nn._util import (
     F64,
     batch_front,
     canonical_axes,
-    decompose,
     dtype_in,
     macro,
     shifted_axis,
@@ -149,7 +148,7 @@ def softmax(ctx, x, *, axis, where):
     single = _single_axis(ctx, axis)
     if single is not None and where is None and dtype_in(ctx, (F32, F64)):
         return ctx.op.Softmax(x, axis=single)
-    return decompose(ctx, _softmax, x, axis=axis, where=where)
+    return ctx.decompose(_softmax, x, axis=axis, where=where)
 
 
 # -- log_softmax ---------------------------------------------------------------
@@ -241,7 +240,7 @@ def log_softmax(ctx, x, *, axis, where):
     single = _single_axis(ctx, axis)
     if single is not None and where is None and dtype_in(ctx, (F32,)):
         return ctx.op.LogSoftmax(x, axis=single)
-    return decompose(ctx, _log_softmax, x, axis=axis, where=where)
+    return ctx.decompose(_log_softmax, x, axis=axis, where=where)
 
 
 # -- logsumexp -----------------------------------------------------------------
@@ -312,8 +311,7 @@ def logsumexp(ctx, x, *, axis, b, keepdims, return_sign, where):
     ndim = len(ctx.avals_in[0].shape)
     axes = canonical_axes(axis, ndim)
     if not axes or not dtype_in(ctx, (F32, F64)):
-        return decompose(
-            ctx,
+        return ctx.decompose(
             _logsumexp,
             x,
             axis=axis,
@@ -422,7 +420,7 @@ def standardize(ctx, x, *, axis, mean, variance, epsilon, where, algorithm):
 @rules.lowering(standardize_p)
 def _standardize_decomposed(ctx, x, **params):
     """JAX's decomposition of jax.nn.standardize (means, variance, rsqrt), inlined."""
-    return decompose(ctx, _standardize, x, **params)
+    return ctx.decompose(_standardize, x, **params)
 
 
 # -- glu -----------------------------------------------------------------------
@@ -461,7 +459,7 @@ def glu(ctx, x, *, axis):
     shape = ctx.avals_in[0].shape
     position = axis % len(shape)
     if is_symbolic(shape[position]) or not dtype_in(ctx, (F32, F64)):
-        return decompose(ctx, _glu, x, axis=axis)
+        return ctx.decompose(_glu, x, axis=axis)
     half = int(shape[position]) // 2
     sizes = ctx.const(np.asarray([half, half], np.int64))
     first, second = ctx.op.Split(x, sizes, axis=position, _outputs=2)
