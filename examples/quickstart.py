@@ -1,4 +1,4 @@
-"""Quickstart: convert a JAX MLP with a symbolic batch dimension and check it.
+"""Quickstart: convert a Flax NNX MLP with a symbolic batch dimension and check it.
 
 Run: python examples/quickstart.py [output.onnx]
 """
@@ -8,49 +8,48 @@ from __future__ import annotations
 import sys
 import time
 
-import jax
-import jax.numpy as jnp
 import numpy as np
+from flax import nnx
 
 from jax2onnx import allclose, to_onnx
 
 
-def init_mlp(key, sizes=(30, 64, 64, 10)):
-    params = []
-    for d_in, d_out in zip(sizes[:-1], sizes[1:]):
-        key, k_w = jax.random.split(key)
-        params.append((jax.random.normal(k_w, (d_in, d_out)) / np.sqrt(d_in), jnp.zeros(d_out)))
-    return params
+class MLP(nnx.Module):
+    """Linear -> BatchNorm -> Dropout -> gelu -> Linear."""
 
+    def __init__(self, din: int, dmid: int, dout: int, *, rngs: nnx.Rngs) -> None:
+        self.linear1 = nnx.Linear(din, dmid, rngs=rngs)
+        self.dropout = nnx.Dropout(rate=0.1, rngs=rngs)
+        self.bn = nnx.BatchNorm(dmid, rngs=rngs)
+        self.linear2 = nnx.Linear(dmid, dout, rngs=rngs)
 
-def mlp(params, x):
-    for w, b in params[:-1]:
-        x = jnp.tanh(x @ w + b)
-    w, b = params[-1]
-    return jax.nn.softmax(x @ w + b, axis=-1)
+    def __call__(self, x):
+        x = nnx.gelu(self.dropout(self.bn(self.linear1(x))))
+        return self.linear2(x)
 
 
 def main(path: str = "mlp.onnx") -> int:
-    params = init_mlp(jax.random.key(0))
-    model_fn = lambda x: mlp(params, x)  # noqa: E731
+    model = MLP(30, 20, 10, rngs=nnx.Rngs(0))
 
     start = time.perf_counter()
-    to_onnx(model_fn, [("B", 30)], return_mode="file", output_path=path)
+    # Export uses inference semantics (BatchNorm running stats, Dropout off) on a
+    # copy: `model` itself stays as it is, even in training mode.
+    to_onnx(model, [("B", 30)], return_mode="file", output_path=path)
     took = time.perf_counter() - start
-    print(f"converted the MLP with input ('B', 30) to {path} in {took:.2f} s")
+    print(f"converted the NNX MLP with input ('B', 30) to {path} in {took:.2f} s")
 
     import onnx
 
-    model = onnx.load(path)
-    onnx.checker.check_model(model, full_check=True)
-    ops = [n.op_type for n in model.graph.node]
-    dims = [d.dim_param or d.dim_value for d in model.graph.input[0].type.tensor_type.shape.dim]
-    print(f"graph: input {model.graph.input[0].name}{dims}, {len(ops)} nodes: {' '.join(ops)}")
+    exported = onnx.load(path)
+    onnx.checker.check_model(exported, full_check=True)
+    ops = [n.op_type for n in exported.graph.node]
+    dims = [d.dim_param or d.dim_value for d in exported.graph.input[0].type.tensor_type.shape.dim]
+    print(f"graph: input {exported.graph.input[0].name}{dims}, {len(ops)} nodes: {' '.join(ops)}")
 
     ok = True
     for batch in (1, 7):
         x = np.random.default_rng(batch).standard_normal((batch, 30)).astype(np.float32)
-        match, message = allclose(model_fn, path, [x], rtol=1e-5, atol=1e-6)
+        match, message = allclose(model, path, [x], rtol=1e-5, atol=1e-6)
         print(f"batch {batch}: ONNX Runtime vs JAX: {message}")
         ok &= match
     print("OK" if ok else "MISMATCH")

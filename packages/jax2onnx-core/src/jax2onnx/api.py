@@ -1,4 +1,4 @@
-"""The public entry points: ``to_onnx`` and ``allclose``."""
+"""The public entry points: ``to_onnx``, ``allclose`` and ``traced_callable``."""
 
 from __future__ import annotations
 
@@ -108,6 +108,25 @@ def to_onnx(
     return serialize.to_proto(model)
 
 
+def traced_callable(
+    fn: Any, input_params: Mapping[str, Any] | None = None, opset: int = 23
+) -> Callable[..., Any]:
+    """The callable ``to_onnx`` traces for ``fn``: what the exported model computes.
+
+    For a plain function that is ``fn``; for an object a plugin prepares (an
+    ``nnx.Module`` or an ``eqx.Module``) it is the pure function the plugin
+    makes, e.g. an inference-mode copy of the module. Compare an exported
+    model against this, not against the training-mode module.
+    """
+    config = {
+        "input_params": dict(input_params or {}),
+        "opset": opset,
+        "enable_double_precision": False,
+    }
+    prepared = _plugins().prepare(fn, config)
+    return prepared.fn if prepared is not None else fn
+
+
 def _sample(spec: Any, rng: np.random.Generator) -> np.ndarray:
     shape = [d if isinstance(d, int) else 2 for d in spec]
     return rng.standard_normal(shape).astype(np.float32)
@@ -122,6 +141,8 @@ def allclose(
     atol: float = 1e-5,
 ) -> tuple[bool, str]:
     """Run ``fn`` in JAX and the ONNX model in ONNX Runtime and compare the outputs.
+
+    ``fn`` runs as :func:`traced_callable` sees it (a module in inference mode).
 
     ``inputs`` are concrete arrays, or shape tuples (random float32 data is
     drawn; string dims become 2). Returns ``(matches, message)``.
@@ -150,7 +171,8 @@ def allclose(
     if missing:
         return False, f"no value for model input(s) {missing}"
     got = session.run(None, feed)
-    expected = [np.asarray(x) for x in jax.tree_util.tree_leaves(fn(*xs, **params))]
+    reference = traced_callable(fn, params)
+    expected = [np.asarray(x) for x in jax.tree_util.tree_leaves(reference(*xs, **params))]
     if len(expected) != len(got):
         return False, f"JAX returned {len(expected)} outputs, ONNX Runtime {len(got)}"
     for i, (want, have) in enumerate(zip(expected, got)):

@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from jax2onnx.cases import case
+from jax2onnx.functions import onnx_function
 from jax2onnx.hookspecs import hookimpl
 from jax2onnx.rules import Rules
 
@@ -119,3 +121,70 @@ def shard_map(ctx, *args, jaxpr, mesh, **_):
 @hookimpl
 def jax2onnx_rules() -> Rules:
     return rules
+
+
+def _function_key(body, op_type, domain, instance):
+    return (domain, op_type, instance, str(body.jaxpr))
+
+
+@onnx_function(type="ScaledTanh")
+def _scaled_tanh(x, w):
+    return jnp.tanh(x @ w) * 0.5
+
+
+_W = np.linspace(-1.0, 1.0, 16, dtype=np.float32).reshape(4, 4)
+
+
+@rules.lowering(
+    "onnx_function",
+    cases=[
+        case(
+            "shared_function",
+            lambda x: _scaled_tanh(_scaled_tanh(x, _W), _W.T),
+            [("B", 4)],
+            counts={"ScaledTanh": 2},
+        )
+    ],
+)
+def onnx_function_call(ctx, *args, body, op_type, domain, instance, n_params):
+    """A call of an ``@onnx_function``: one node calling a shared ONNX function.
+
+    The function is built once per body structure (``unique=True`` adds the
+    instance to the key); the first ``n_params`` operands are the call's
+    weights, which stay initializers of the calling graph.
+    """
+    import onnx_ir as ir
+
+    from jax2onnx.lowering import GraphScope, finish_outputs
+
+    conversion = ctx.scope.conversion
+    key = _function_key(body, op_type, domain, instance)
+    function = conversion.functions.get(key)
+    if function is None:
+        taken = {f.name for f in conversion.functions.values() if f.domain == domain}
+        name = (
+            op_type
+            if op_type not in taken
+            else next(
+                f"{op_type}_{k}" for k in range(2, len(taken) + 3) if f"{op_type}_{k}" not in taken
+            )
+        )
+        scope = GraphScope(conversion, is_function=True)
+        inputs = [
+            scope.add_input(
+                f"{'param' if i < n_params else 'in'}_{i if i < n_params else i - n_params}",
+                aval.dtype,
+                aval.shape,
+            )
+            for i, aval in enumerate(body.in_avals)
+        ]
+        outs = scope.lower_jaxpr(body, inputs)
+        outs = finish_outputs(scope, outs, body.out_avals, [f"out_{i}" for i in range(len(outs))])
+        imports = {"": conversion.opset}
+        nested = {node.domain for node in scope.nodes} - {"", "ai.onnx"}
+        imports.update(dict.fromkeys(nested, 1))
+        graph = ir.Graph(inputs, outs, nodes=scope.nodes, opset_imports=imports, name=name)
+        function = ir.Function(domain, name, graph=graph, attributes=[])
+        conversion.functions[key] = function
+    outs = getattr(ctx.op, function.name)(*args, _domain=domain, _outputs=len(body.out_avals))
+    return list(outs) if isinstance(outs, tuple) else [outs]

@@ -142,7 +142,7 @@ def convert(
         outputs,
         nodes=scope.nodes,
         initializers=scope.initializers,
-        opset_imports={"": opset},
+        opset_imports={"": opset, **{f.domain: 1 for f in conversion.functions.values()}},
         name=model_name,
     )
     model = ir.Model(
@@ -150,6 +150,7 @@ def convert(
         ir_version=ir_version_for(opset),
         producer_name="jax2onnx",
         producer_version=_version(),
+        functions=list(conversion.functions.values()),
     )
     return passes.optimize(model)
 

@@ -67,6 +67,8 @@ class Conversion:
         self.counter = 0
         self.emitted = emitted  # primitive name -> ONNX op types its rule emitted
         self.current: str | None = None
+        # ONNX functions made by @onnx_function calls, by body structure
+        self.functions: dict[Any, ir.Function] = {}
 
     def fresh(self, prefix: str) -> str:
         self.counter += 1

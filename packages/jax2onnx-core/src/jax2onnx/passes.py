@@ -4,14 +4,18 @@ Identity nodes and unused nodes go, equal subexpressions merge, small equal
 initializers merge, unused functions and opset imports go; onnx_ir has all of
 these. Ours, where onnx_ir has none: :class:`FoldTransposesPass` merges chains
 of Transpose nodes, which the NCHW adaptors and layout-changing lowerings
-create next to each other; :class:`FuseMatMulAddPass` turns a 2-D
-``MatMul + Add`` (a dense layer written as ``x @ w + b``, two primitives) into
-one Gemm. Every pass is deterministic, so the same input gives a
-byte-identical model.
+create next to each other; :class:`FoldConstantsPass` computes, once at
+conversion time, the nodes whose inputs are all initializers (a bias
+reshaped for broadcasting, ``rsqrt(var + eps)`` of a normalisation) for the
+ops whose NumPy result is bit-identical to ONNX Runtime's;
+:class:`FuseMatMulAddPass` turns a 2-D ``MatMul + Add`` (a dense layer
+written as ``x @ w + b``, two primitives) into one Gemm. Every pass is
+deterministic, so the same input gives a byte-identical model.
 """
 
 from __future__ import annotations
 
+import numpy as np
 import onnx_ir as ir
 from onnx_ir.passes import common
 
@@ -39,6 +43,125 @@ class FoldTransposesPass(ir.passes.InPlacePass):
             else:
                 node.replace_input_with(0, source)
                 node.attributes["perm"] = ir.AttrInt64s("perm", perm)
+            modified = True
+        return ir.passes.PassResult(model, modified)
+
+
+_FLOATS = frozenset((np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64)))
+
+
+def _fold_reshape(node, data, shape):
+    allow_zero = node.attributes.get("allowzero")
+    target = [int(d) for d in shape]
+    if not (allow_zero is not None and allow_zero.as_int()):
+        target = [data.shape[i] if d == 0 else d for i, d in enumerate(target)]
+    return data.reshape(target)
+
+
+def _axes(node, given):
+    if given is not None:
+        return [int(a) for a in given]
+    attr = node.attributes.get("axes")
+    return None if attr is None else list(attr.as_ints())
+
+
+def _fold_unsqueeze(node, data, axes=None):
+    axes = _axes(node, axes)
+    rank = data.ndim + len(axes)
+    return data.reshape(_unsqueezed(data.shape, sorted(a % rank for a in axes)))
+
+
+def _unsqueezed(shape, axes):
+    shape = list(shape)
+    for axis in axes:
+        shape.insert(axis, 1)
+    return shape
+
+
+def _fold_squeeze(node, data, axes=None):
+    axes = _axes(node, axes)
+    return np.squeeze(data, axis=None if axes is None else tuple(axes))
+
+
+def _fold_transpose(node, data):
+    perm = node.attributes.get("perm")
+    return np.transpose(data, None if perm is None else list(perm.as_ints()))
+
+
+def _fold_cast(node, data):
+    target = ir.DataType(node.attributes["to"].as_int())
+    if target == ir.DataType.BFLOAT16 or data.dtype not in _FLOATS | {np.dtype(bool)}:
+        return None
+    if target.numpy() not in _FLOATS:
+        return None  # float -> int casts of NaN/out-of-range values are runtime-defined
+    return data.astype(target.numpy())
+
+
+def _float_op(fn):
+    def fold(node, *arrays):
+        if any(a.dtype not in _FLOATS for a in arrays) or len({a.dtype for a in arrays}) != 1:
+            return None
+        with np.errstate(all="ignore"):
+            return np.asarray(fn(*arrays), dtype=arrays[0].dtype)
+
+    return fold
+
+
+_FOLDERS = {
+    "Reshape": _fold_reshape,
+    "Unsqueeze": _fold_unsqueeze,
+    "Squeeze": _fold_squeeze,
+    "Transpose": _fold_transpose,
+    "Cast": _fold_cast,
+    "Add": _float_op(np.add),
+    "Sub": _float_op(np.subtract),
+    "Mul": _float_op(np.multiply),
+    "Div": _float_op(np.divide),
+    "Neg": _float_op(np.negative),
+    "Sqrt": _float_op(np.sqrt),
+    "Reciprocal": _float_op(np.reciprocal),
+}
+
+
+class FoldConstantsPass(ir.passes.InPlacePass):
+    """Replace a node whose inputs are all initializers by an initializer of its result.
+
+    Only for layout ops and correctly rounded float arithmetic (IEEE ``+ - * /
+    sqrt`` give the same bits in NumPy and ONNX Runtime), and only when the
+    result is no larger than its largest input, so folding never grows the
+    model (a broadcasting ``Add`` that would expand a constant stays).
+    """
+
+    def call(self, model: ir.Model) -> ir.passes.PassResult:
+        graph = model.graph
+        outputs = {id(v) for v in graph.outputs}
+        modified = False
+        for node in list(graph):
+            fold = _FOLDERS.get(node.op_type)
+            if fold is None or node.domain not in ("", "ai.onnx") or len(node.outputs) != 1:
+                continue
+            if not node.inputs or any(
+                v is not None and (v.const_value is None or v.is_graph_input()) for v in node.inputs
+            ):
+                continue
+            arrays = [None if v is None else v.const_value.numpy() for v in node.inputs]
+            if node.op_type not in ("Unsqueeze", "Squeeze") and any(a is None for a in arrays):
+                continue
+            result = fold(node, *arrays)
+            old = node.outputs[0]
+            if result is None or id(old) in outputs:
+                continue
+            if result.size > max(a.size for a in arrays if a is not None):
+                continue
+            new = ir.Value(
+                name=old.name,
+                type=ir.TensorType(ir.DataType.from_numpy(result.dtype)),
+                shape=ir.Shape(result.shape),
+                const_value=ir.Tensor(np.ascontiguousarray(result), name=old.name),
+            )
+            ir.convenience.replace_all_uses_with(old, new)
+            graph.remove(node, safe=True)
+            graph.register_initializer(new)
             modified = True
         return ir.passes.PassResult(model, modified)
 
@@ -107,6 +230,7 @@ def optimize(model: ir.Model) -> ir.Model:
     """Run the cleanup passes in place and return the model."""
     passes = ir.passes.Sequential(
         common.IdentityEliminationPass(),
+        FoldConstantsPass(),
         FoldTransposesPass(),
         common.RemoveUnusedNodesPass(),
         common.CommonSubexpressionEliminationPass(),

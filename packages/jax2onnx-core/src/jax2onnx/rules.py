@@ -51,6 +51,7 @@ class Interception:
     replacement: Callable[..., Any] | None
     primitive: Any
     plugin: str
+    aliases: tuple[str, ...] = ()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -179,16 +180,23 @@ class Rules:
         primitive: Any,
         *,
         binder: Callable[[Callable[..., Any]], Callable[..., Any]] | None = None,
+        aliases: Iterable[str] = (),
     ) -> None:
         """While ``to_onnx`` traces, replace ``target`` with a call binding ``primitive``.
 
         ``target`` is ``"package.module.attr"``. ``binder(original)`` returns the
         stand-in; the default binds the leading array arguments as operands
-        and the other arguments as parameters.
+        and the other arguments as parameters. ``aliases`` name other places
+        that re-export the same function (``"flax.nnx.gelu"`` for
+        ``"jax.nn.gelu"``); each is patched too, but only while it still is
+        the very object ``target`` names.
         """
-        if target.count(".") < 1:
-            raise ValueError(f"intercept target {target!r} must be 'module.attribute'")
-        self.interceptions.append(Interception(target, binder, primitive, self.name))
+        for name in (target, *aliases):
+            if name.count(".") < 1:
+                raise ValueError(f"intercept target {name!r} must be 'module.attribute'")
+        self.interceptions.append(
+            Interception(target, binder, primitive, self.name, tuple(aliases))
+        )
 
 
 def _one_op(op_type: str) -> LoweringFn:

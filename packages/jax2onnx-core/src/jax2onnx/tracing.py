@@ -17,20 +17,27 @@ from typing import Any
 
 import jax
 
+from jax2onnx.functions import exporting
 from jax2onnx.macro import default_binder
 from jax2onnx.rules import Interception
 
 _MISSING = object()
 
 
-def _resolve(target: str) -> tuple[Any, str] | None:
-    """The object owning the attribute ``target`` names, and the attribute name."""
+def _resolve(target: str, *, load: bool = True) -> tuple[Any, str] | None:
+    """The object owning the attribute ``target`` names, and the attribute name.
+
+    With ``load=False`` only modules already imported are considered (an
+    alias never makes tracing import a module).
+    """
     parts = target.split(".")
     if parts[0] not in sys.modules:
         return None
     for split in range(len(parts) - 1, 0, -1):
         module_name = ".".join(parts[:split])
         module = sys.modules.get(module_name)
+        if module is None and not load:
+            continue
         if module is None:
             try:
                 module = importlib.import_module(module_name)
@@ -46,6 +53,12 @@ def _resolve(target: str) -> tuple[Any, str] | None:
     return None
 
 
+def _patch(owner: Any, attr: str, value: Any, undo: list[tuple[Any, str, Any]]) -> None:
+    original = owner.__dict__.get(attr, _MISSING) if hasattr(owner, "__dict__") else _MISSING
+    setattr(owner, attr, value)
+    undo.append((owner, attr, original))
+
+
 @contextlib.contextmanager
 def interceptions_active(interceptions: Sequence[Interception]) -> Iterator[None]:
     """Apply every interception; restore every original attribute on exit."""
@@ -56,15 +69,16 @@ def interceptions_active(interceptions: Sequence[Interception]) -> Iterator[None
             if resolved is None:
                 continue
             owner, attr = resolved
-            original = (
-                owner.__dict__.get(attr, _MISSING) if hasattr(owner, "__dict__") else _MISSING
-            )
             current = getattr(owner, attr, _MISSING)
             if current is _MISSING:
                 continue
             make = item.replacement or (lambda orig, p=item.primitive: default_binder(orig, p))
-            setattr(owner, attr, make(current))
-            undo.append((owner, attr, original))
+            stand_in = make(current)
+            _patch(owner, attr, stand_in, undo)
+            for alias in item.aliases:
+                found = _resolve(alias, load=False)
+                if found is not None and getattr(*found, _MISSING) is current:
+                    _patch(*found, stand_in, undo)
         yield
     finally:
         for owner, attr, original in reversed(undo):
@@ -86,5 +100,5 @@ def trace(
         args, kwargs = specs.rebuild(leaves)
         return fn(*args, **kwargs)
 
-    with interceptions_active(interceptions):
+    with interceptions_active(interceptions), exporting():
         return jax.make_jaxpr(flat, return_shape=True)(*specs.all_specs)

@@ -34,8 +34,16 @@ def macro(
     prim = rules.primitive(name, impl=impl, batching=batching, jvp=jvp)
     binder = None if accept is None else _guarded(prim, accept)
     for target in targets:
-        rules.intercept(target, prim, binder=binder)
+        rules.intercept(target, prim, binder=binder, aliases=_aliases(target))
     return prim
+
+
+def _aliases(target: str) -> tuple[str, ...]:
+    """Flax re-exports ``jax.nn`` functions as ``nnx.gelu``, ``linen.gelu`` ...: patch those too."""
+    if not target.startswith("jax.nn."):
+        return ()
+    name = target.rsplit(".", 1)[1]
+    return (f"flax.nnx.{name}", f"flax.linen.{name}")
 
 
 def _guarded(prim, accept):

@@ -12,7 +12,7 @@ import jax
 import numpy as np
 import onnx
 
-from jax2onnx import to_onnx
+from jax2onnx import to_onnx, traced_callable
 from jax2onnx.cases import Case
 from jax2onnx.rules import Rules
 from jax2onnx_testkit.expect import expect_graph
@@ -219,6 +219,7 @@ def check_case(variant: CaseVariant) -> onnx.ModelProto:
             **kwargs,
         )
     onnx.checker.check_model(model, full_check=True)
+    reference = traced_callable(fn, params, c.opset or 23)
     session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
     names = [i.name for i in session.get_inputs()]
     seed = zlib.crc32(variant.id.encode())
@@ -229,7 +230,7 @@ def check_case(variant: CaseVariant) -> onnx.ModelProto:
             meta = next(i for i in session.get_inputs() if i.name == key)
             feed[key] = np.asarray(value, dtype=_ort_numpy(meta.type))
         got = session.run(None, feed)
-        expected = _run_jax(fn, args, params, variant.precision)
+        expected = _run_jax(reference, args, params, variant.precision)
         compare(c, expected, got, f"{variant.id} at sizes {sizes}")
     subs = {} if variant.dynamic else static_sizes
     expect_graph(

@@ -1,0 +1,77 @@
+"""Turning an NNX module into a pure function ``to_onnx`` can trace.
+
+``to_onnx(module, ...)`` (or a bound method such as ``model.encode``) calls
+the module on a *copy* made inside the trace: the module is split into its
+graph definition and state once, and the traced function merges them again,
+switches the copy to inference mode (``Dropout`` is identity, ``BatchNorm``
+uses its running statistics) and calls it. The user's module is never
+mutated, a module left in training mode converts without
+``TraceContextError``, and the state's arrays are referenced as they are
+(they become the model's initializers without a copy).
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+from jax2onnx.plugin import Prepared
+
+# Keyword arguments of ``Module.eval``-style switches a user may keep as runtime inputs.
+INFERENCE_ATTRIBUTES = ("deterministic", "use_running_average")
+
+
+def as_module_call(obj: Any) -> tuple[Any, str | None] | None:
+    """``(module, method name)`` when ``obj`` is an NNX module or a bound method of one."""
+    from flax import nnx
+
+    if isinstance(obj, nnx.Module):
+        return obj, None
+    owner = getattr(obj, "__self__", None)
+    if isinstance(owner, nnx.Module) and callable(obj):
+        return owner, obj.__name__
+    return None
+
+
+def prepare_module(module: Any, method: str | None, config: dict[str, Any]) -> Prepared:
+    """A pure function calling an inference-mode copy of ``module``."""
+    from flax import nnx
+
+    if method is None and not callable(module):
+        raise TypeError(
+            f"{type(module).__name__} is an nnx.Module without __call__; pass the method to "
+            f"export instead, e.g. to_onnx(model.{_first_method(module)}, ...)"
+        )
+    graphdef, state = nnx.split(module)
+    runtime = set(config.get("input_params") or ())
+    # Switches the user passes as input_params stay runtime inputs: do not pin them.
+    pinned = {name: True for name in INFERENCE_ATTRIBUTES if name not in runtime}
+    target_name = f"{type(module).__name__}.{method or '__call__'}"
+
+    def pure(*args: Any, **kwargs: Any) -> Any:
+        copy = nnx.merge(graphdef, state)
+        if pinned:
+            copy.set_attributes(**pinned, raise_if_not_found=False)
+        call = getattr(copy, method) if method else copy
+        return call(*args, **kwargs)
+
+    _copy_signature(pure, getattr(module, method) if method else module.__call__)
+    return Prepared(fn=pure, name=target_name)
+
+
+def _copy_signature(pure: Any, call: Any) -> None:
+    """Give ``pure`` the signature of the module's call (input names come from it)."""
+    import inspect
+
+    try:
+        pure.__signature__ = inspect.signature(call)
+    except (TypeError, ValueError):
+        return
+    functools.update_wrapper(pure, call, assigned=("__doc__",), updated=())
+
+
+def _first_method(module: Any) -> str:
+    for name in dir(type(module)):
+        if not name.startswith("_") and callable(getattr(type(module), name, None)):
+            return name
+    return "method"
