@@ -1,4 +1,4 @@
-"""Our graph passes: Transpose folding and MatMul + Add -> Gemm, numbers unchanged."""
+"""Our graph passes: constant, Reshape and Transpose folding, MatMul + Add -> Gemm; numbers unchanged."""
 
 import jax
 import jax.numpy as jnp
@@ -59,3 +59,47 @@ def test_transpose_pairs_fold_away():
     model = to_onnx(fn, [(2, 3, 4)])
     assert "Transpose" not in _ops(model)
     _check(model, fn, np.ones((2, 3, 4), np.float32))
+
+
+def test_normalisation_constants_are_computed_once():
+    mean = np.array([0.1, -0.2, 0.3], np.float32)
+    var = np.array([1.5, 0.5, 2.0], np.float32)
+    scale = np.array([1.0, 2.0, 0.5], np.float32)
+    fn = lambda x: (x - mean) * (jax.lax.rsqrt(var + 1e-5) * scale)[None, :] + B
+    model = to_onnx(fn, [("N", 3)])
+    assert _ops(model) == ["Sub", "Mul", "Add"]
+    x = np.random.default_rng(1).standard_normal((4, 3)).astype(np.float32)
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    np.testing.assert_array_equal(session.run(None, {"in_0": x})[0], np.asarray(fn(x)))
+
+
+def test_constant_lookup_folds_but_runtime_lookup_stays():
+    table = np.arange(24, dtype=np.float32).reshape(6, 4)
+    fn = lambda x: x + jnp.take(table, jnp.arange(3), axis=0)
+    model = to_onnx(fn, [(3, 4)])
+    assert _ops(model) == ["Add"]
+    _check(model, fn, np.ones((3, 4), np.float32))
+    ids = lambda i: jnp.take(table, i, axis=0)
+    model = to_onnx(ids, [jax.ShapeDtypeStruct((3,), np.int32)])
+    assert "Gather" in _ops(model)
+
+
+def test_split_heads_and_merge_back_leaves_no_reshape():
+    def fn(x):
+        heads = jnp.tanh(x).reshape(x.shape[0], 5, 2, 3)
+        return heads.reshape(x.shape[0], 5, 6) + 1.0
+
+    model = to_onnx(fn, [("B", 5, 6)])
+    assert "Reshape" not in _ops(model)
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    x = np.random.default_rng(2).standard_normal((2, 5, 6)).astype(np.float32)
+    np.testing.assert_allclose(session.run(None, {"in_0": x})[0], fn(x), rtol=1e-6)
+
+
+def test_reshape_chain_keeps_a_real_reshape():
+    fn = lambda x: jnp.sin(x.reshape(-1, 2, 3).reshape(-1, 3, 2))
+    model = to_onnx(fn, [("B", 6)])
+    assert _ops(model).count("Reshape") == 1
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    x = np.arange(12, dtype=np.float32).reshape(2, 6)
+    np.testing.assert_allclose(session.run(None, {"in_0": x})[0], fn(x), rtol=1e-6)

@@ -4,7 +4,8 @@ Identity nodes and unused nodes go, equal subexpressions merge, small equal
 initializers merge, unused functions and opset imports go; onnx_ir has all of
 these. Ours, where onnx_ir has none: :class:`FoldTransposesPass` merges chains
 of Transpose nodes, which the NCHW adaptors and layout-changing lowerings
-create next to each other; :class:`FoldConstantsPass` computes, once at
+create next to each other; :class:`FoldReshapesPass` collapses Reshape
+chains and drops Reshapes that keep the shape; :class:`FoldConstantsPass` computes, once at
 conversion time, the nodes whose inputs are all initializers (a bias
 reshaped for broadcasting, ``rsqrt(var + eps)`` of a normalisation) for the
 ops whose NumPy result is bit-identical to ONNX Runtime's;
@@ -48,6 +49,10 @@ class FoldTransposesPass(ir.passes.InPlacePass):
 
 
 _FLOATS = frozenset((np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64)))
+_INTS = frozenset(
+    np.dtype(t)
+    for t in (np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32, np.uint64, bool)
+)
 
 
 def _fold_reshape(node, data, shape):
@@ -90,16 +95,19 @@ def _fold_transpose(node, data):
 
 def _fold_cast(node, data):
     target = ir.DataType(node.attributes["to"].as_int())
-    if target == ir.DataType.BFLOAT16 or data.dtype not in _FLOATS | {np.dtype(bool)}:
+    if target == ir.DataType.BFLOAT16 or data.dtype not in _FLOATS | _INTS:
         return None
-    if target.numpy() not in _FLOATS:
+    if data.dtype in _FLOATS and target.numpy() not in _FLOATS:
         return None  # float -> int casts of NaN/out-of-range values are runtime-defined
     return data.astype(target.numpy())
 
 
-def _float_op(fn):
+def _arith(fn, *, integers: bool):
+    """Elementwise arithmetic; integers wrap in NumPy as in ONNX Runtime."""
+    kinds = _FLOATS | _INTS if integers else _FLOATS
+
     def fold(node, *arrays):
-        if any(a.dtype not in _FLOATS for a in arrays) or len({a.dtype for a in arrays}) != 1:
+        if any(a.dtype not in kinds for a in arrays) or len({a.dtype for a in arrays}) != 1:
             return None
         with np.errstate(all="ignore"):
             return np.asarray(fn(*arrays), dtype=arrays[0].dtype)
@@ -107,19 +115,76 @@ def _float_op(fn):
     return fold
 
 
+def _fold_clip(node, data, low=None, high=None):
+    if any(b is not None and b.dtype != data.dtype for b in (low, high)):
+        return None
+    if data.dtype not in _FLOATS | _INTS:
+        return None
+    out = data
+    if low is not None:
+        out = np.where(out < low, low, out)
+    if high is not None:
+        out = np.where(out > high, high, out)
+    return np.asarray(out, dtype=data.dtype)
+
+
+def _fold_where(node, condition, x, y):
+    if condition.dtype != np.dtype(bool) or x.dtype != y.dtype:
+        return None
+    return np.where(condition, x, y)
+
+
+def _fold_gather(node, data, indices):
+    axis = node.attributes.get("axis")
+    axis = 0 if axis is None else axis.as_int()
+    size = data.shape[axis]
+    if indices.dtype.kind not in "iu" or np.any(indices >= size) or np.any(indices < -size):
+        return None  # ONNX Runtime rejects out-of-range indices at run time; keep that
+    return np.take(data, indices.astype(np.int64), axis=axis)
+
+
+def _compare(fn):
+    def fold(node, a, b):
+        if a.dtype != b.dtype:
+            return None
+        return fn(a, b)
+
+    return fold
+
+
+def _logical(fn):
+    def fold(node, *arrays):
+        if any(a.dtype != np.dtype(bool) for a in arrays):
+            return None
+        return fn(*arrays)
+
+    return fold
+
+
 _FOLDERS = {
+    "Less": _compare(np.less),
+    "LessOrEqual": _compare(np.less_equal),
+    "Greater": _compare(np.greater),
+    "GreaterOrEqual": _compare(np.greater_equal),
+    "Equal": _compare(np.equal),
+    "And": _logical(np.logical_and),
+    "Or": _logical(np.logical_or),
+    "Not": _logical(np.logical_not),
+    "Where": _fold_where,
+    "Gather": _fold_gather,
     "Reshape": _fold_reshape,
     "Unsqueeze": _fold_unsqueeze,
     "Squeeze": _fold_squeeze,
     "Transpose": _fold_transpose,
     "Cast": _fold_cast,
-    "Add": _float_op(np.add),
-    "Sub": _float_op(np.subtract),
-    "Mul": _float_op(np.multiply),
-    "Div": _float_op(np.divide),
-    "Neg": _float_op(np.negative),
-    "Sqrt": _float_op(np.sqrt),
-    "Reciprocal": _float_op(np.reciprocal),
+    "Add": _arith(np.add, integers=True),
+    "Sub": _arith(np.subtract, integers=True),
+    "Mul": _arith(np.multiply, integers=True),
+    "Neg": _arith(np.negative, integers=True),
+    "Div": _arith(np.divide, integers=False),
+    "Sqrt": _arith(np.sqrt, integers=False),
+    "Reciprocal": _arith(np.reciprocal, integers=False),
+    "Clip": _fold_clip,
 }
 
 
@@ -145,7 +210,9 @@ class FoldConstantsPass(ir.passes.InPlacePass):
             ):
                 continue
             arrays = [None if v is None else v.const_value.numpy() for v in node.inputs]
-            if node.op_type not in ("Unsqueeze", "Squeeze") and any(a is None for a in arrays):
+            if node.op_type not in ("Unsqueeze", "Squeeze", "Clip") and any(
+                a is None for a in arrays
+            ):
                 continue
             result = fold(node, *arrays)
             old = node.outputs[0]
@@ -164,6 +231,101 @@ class FoldConstantsPass(ir.passes.InPlacePass):
             graph.register_initializer(new)
             modified = True
         return ir.passes.PassResult(model, modified)
+
+
+_SHAPE_ONLY = frozenset(("Reshape", "Squeeze", "Unsqueeze", "Flatten"))
+
+
+class FoldReshapesPass(ir.passes.InPlacePass):
+    """Reshape chains collapse; a Reshape to the shape its input already has goes.
+
+    ``Reshape(Reshape(x, s1), s2)`` (or of a Squeeze/Unsqueeze/Flatten) is
+    ``Reshape(x, s2)`` when ``s2`` is a constant whose ``0`` entries (copy the
+    input's dimension) copy the same dimension from ``x`` as from the inner
+    result: a reshape never changes the element order. A Reshape whose
+    constant target keeps every dimension of its input is removed: lowerings
+    that split heads and merge them back leave such pairs.
+    """
+
+    def call(self, model: ir.Model) -> ir.passes.PassResult:
+        graph = model.graph
+        outputs = {id(v) for v in graph.outputs}
+        modified = False
+        for node in list(graph):
+            if node.op_type != "Reshape" or node.domain not in ("", "ai.onnx"):
+                continue
+            source, target = node.inputs[0], _target(node)
+            inner = source.producer() if source is not None else None
+            if (
+                target is not None
+                and inner is not None
+                and inner.op_type in _SHAPE_ONLY
+                and inner.domain in ("", "ai.onnx")
+                and _zeros_agree(target, inner)
+            ):
+                node.replace_input_with(0, inner.inputs[0])
+                source = inner.inputs[0]
+                modified = True
+            out = node.outputs[0]
+            if id(out) not in outputs and target is not None and _keeps_shape(target, source):
+                if out.shape is None:
+                    out.shape = source.shape
+                ir.convenience.replace_all_uses_with(out, source)
+                modified = True
+        return ir.passes.PassResult(model, modified)
+
+
+def _target(node: ir.Node) -> list[int] | None:
+    """The constant target shape, with ``allowzero=1`` zeros marked as literal (-2)."""
+    value = node.inputs[1]
+    if value is None or value.const_value is None:
+        return None
+    target = [int(d) for d in value.const_value.numpy().reshape(-1)]
+    allow_zero = node.attributes.get("allowzero")
+    if allow_zero is not None and allow_zero.as_int():
+        return [-2 if d == 0 else d for d in target]
+    return target
+
+
+def _dim_equal(x: object, y: object) -> bool:
+    if isinstance(x, int) and isinstance(y, int):
+        return x == y
+    if isinstance(x, ir.SymbolicDim) and isinstance(y, ir.SymbolicDim):
+        return x.value is not None and x.value == y.value
+    return False
+
+
+def _zeros_agree(target: list[int], inner: ir.Node) -> bool:
+    """Whether every ``0`` of ``target`` copies the same size from ``inner``'s input."""
+    old, new = inner.outputs[0], inner.inputs[0]
+    copied = _target(inner) if inner.op_type == "Reshape" else None
+    for i, d in enumerate(target):
+        if d != 0:
+            continue
+        if copied is not None and i < len(copied) and copied[i] == 0:
+            continue  # the inner Reshape copied this very dimension from its input
+        if new is None or old.shape is None or new.shape is None:
+            return False
+        if i >= len(old.shape) or i >= len(new.shape):
+            return False
+        if not _dim_equal(old.shape[i], new.shape[i]):
+            return False
+    return True
+
+
+def _keeps_shape(target: list[int], source: ir.Value | None) -> bool:
+    """Whether reshaping ``source`` to ``target`` gives ``source``'s own shape."""
+    if source is None or source.shape is None or len(source.shape) != len(target):
+        return False
+    free = 0
+    for d, have in zip(target, source.shape):
+        if d == 0:
+            continue
+        if d == -1:
+            free += 1
+        elif not (isinstance(have, int) and have == d):
+            return False
+    return free <= 1
 
 
 _GEMM_DTYPES = frozenset((ir.DataType.FLOAT, ir.DataType.DOUBLE, ir.DataType.FLOAT16))
@@ -232,6 +394,7 @@ def optimize(model: ir.Model) -> ir.Model:
         common.IdentityEliminationPass(),
         FoldConstantsPass(),
         FoldTransposesPass(),
+        FoldReshapesPass(),
         common.RemoveUnusedNodesPass(),
         common.CommonSubexpressionEliminationPass(),
         common.RemoveUnusedNodesPass(),

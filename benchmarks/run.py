@@ -1,0 +1,349 @@
+"""Conversion speed, memory and exported-model quality of the example NNX models.
+
+    python benchmarks/run.py                     # all models, full sizes
+    python benchmarks/run.py --models mlp,cnn    # a subset
+    python benchmarks/run.py --small             # the test-suite configs (a smoke run)
+
+Each model is measured in a fresh Python process (so "first conversion" really
+is the first in its process) and the parent prints one table and writes JSON
+(``--json``, default ``benchmarks/results.json``). Every time is reported next
+to a baseline measured in the same process:
+
+- conversion vs the *floor*: ``jax.make_jaxpr`` of the function the converter
+  traces plus ``onnx_ir.save`` of the model's weights alone (what any
+  converter must at least do);
+- ONNX Runtime CPU latency vs ``jax.jit`` latency on the same inputs (batch 1
+  and 8, runs interleaved, medians);
+- peak RSS increase during the first conversion vs the parameter bytes.
+
+Nothing is downloaded: the models are built with random weights by
+:mod:`jax2onnx_flax.models`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from typing import Any
+
+MODELS = ("mlp", "cnn", "gpt2", "vit")
+GPT2_TOKENS = 128
+
+
+def build(name: str, small: bool) -> tuple[Any, list[Any], Any]:
+    """The module, the ``to_onnx`` input specs and a function making inputs for a batch."""
+    import jax
+    import numpy as np
+
+    from jax2onnx_flax import models
+
+    rng = np.random.default_rng(0)
+    if name == "mlp":
+        config = models.MLPConfig()
+        return (
+            models.mlp(config),
+            [("B", config.in_features)],
+            lambda b: [rng.standard_normal((b, config.in_features)).astype(np.float32)],
+        )
+    if name == "cnn":
+        config = models.CNNConfig() if small else models.CNNConfig.mnist()
+        shape = (config.image, config.image, config.channels)
+        return (
+            models.cnn(config),
+            [("B", *shape)],
+            lambda b: [rng.standard_normal((b, *shape)).astype(np.float32)],
+        )
+    if name == "gpt2":
+        config = models.GPTConfig() if small else models.GPTConfig.gpt2_small()
+        tokens = config.max_len if small else GPT2_TOKENS
+        spec = jax.ShapeDtypeStruct(("B", tokens), np.int32)
+        return (
+            models.gpt2(config),
+            [spec],
+            lambda b: [rng.integers(0, config.vocab, (b, tokens)).astype(np.int32)],
+        )
+    if name == "vit":
+        config = models.ViTConfig() if small else models.ViTConfig.base16()
+        shape = (config.image, config.image, config.channels)
+        return (
+            models.vit(config),
+            [("B", *shape)],
+            lambda b: [rng.standard_normal((b, *shape)).astype(np.float32)],
+        )
+    raise SystemExit(f"unknown model {name!r}; choose from {', '.join(MODELS)}")
+
+
+def _rss() -> int:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def _peak_rss() -> int:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
+    return 0
+
+
+def _reset_peak() -> bool:
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+        return True
+    except OSError:
+        return False
+
+
+def _floor(fn: Any, specs: list[Any], weights: list[Any], directory: str) -> float:
+    """``make_jaxpr`` of the traced function plus saving the weights alone."""
+    import jax
+    import numpy as np
+    import onnx_ir as ir
+
+    from jax2onnx.specs import normalize_inputs
+
+    start = time.perf_counter()
+    spec = normalize_inputs(specs, None, double=False)
+    jax.make_jaxpr(fn)(*spec.all_specs)
+    values = []
+    for i, w in enumerate(weights):
+        tensor = ir.Tensor(np.asarray(w), name=f"w{i}")
+        values.append(
+            ir.Value(
+                name=f"w{i}",
+                type=ir.TensorType(tensor.dtype),
+                shape=tensor.shape,
+                const_value=tensor,
+            )
+        )
+    graph = ir.Graph([], [], nodes=[], initializers=values, opset_imports={"": 23})
+    ir.save(ir.Model(graph, ir_version=10), os.path.join(directory, "floor.onnx"))
+    return time.perf_counter() - start
+
+
+def _latencies(session: Any, names: list[str], jitted: Any, inputs: list[Any], runs: int):
+    import jax
+
+    feed = dict(zip(names, inputs))
+    session.run(None, feed)
+    jax.block_until_ready(jitted(*inputs))
+    ort_times, jax_times = [], []
+    for _ in range(runs):
+        start = time.perf_counter()
+        session.run(None, feed)
+        ort_times.append(time.perf_counter() - start)
+        start = time.perf_counter()
+        jax.block_until_ready(jitted(*inputs))
+        jax_times.append(time.perf_counter() - start)
+    return statistics.median(ort_times), statistics.median(jax_times)
+
+
+def measure(name: str, small: bool, runs: int) -> dict[str, Any]:
+    """Everything about one model, in this (fresh) process."""
+    start = time.perf_counter()
+    import jax
+
+    t_jax = time.perf_counter() - start
+    start = time.perf_counter()
+    import jax2onnx
+
+    t_import = time.perf_counter() - start
+    import collections
+
+    import numpy as np
+    import onnx
+    import onnxruntime as ort
+    from flax import nnx
+
+    module, specs, make_inputs = build(name, small)
+    weights = [
+        leaf
+        for leaf in jax.tree_util.tree_leaves(nnx.state(module, nnx.Param, nnx.BatchStat))
+        if hasattr(leaf, "nbytes")
+    ]
+    param_bytes = int(sum(w.nbytes for w in weights))
+    result: dict[str, Any] = {"model": name, "params": param_bytes // 4, "param_bytes": param_bytes}
+    result["import_jax_s"] = t_jax
+    result["import_jax2onnx_s"] = t_import
+
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, f"{name}.onnx")
+        peak_ok = _reset_peak()
+        rss_before = _rss()
+        start = time.perf_counter()
+        jax2onnx.to_onnx(module, specs, return_mode="file", output_path=path)
+        result["first_s"] = time.perf_counter() - start
+        result["peak_rss_increase"] = (_peak_rss() - rss_before) if peak_ok else None
+        start = time.perf_counter()
+        jax2onnx.to_onnx(module, specs, return_mode="file", output_path=path)
+        result["second_s"] = time.perf_counter() - start
+        traced = jax2onnx.traced_callable(module)
+        _floor(traced, specs, weights, tmp)  # warm
+        result["floor_s"] = _floor(traced, specs, weights, tmp)
+
+        model = onnx.load(path, load_external_data=False)
+        ops = collections.Counter(n.op_type for n in model.graph.node)
+        result["nodes"] = sum(ops.values())
+        result["functions"] = len(model.functions)
+        result["ops"] = dict(ops.most_common())
+        seen: dict[bytes, int] = {}
+        duplicated = 0
+        for init in model.graph.initializer:
+            key = (init.data_type, tuple(init.dims), init.raw_data)
+            if key in seen:
+                duplicated += len(init.raw_data)
+            seen[key] = 1
+        result["duplicated_const_bytes"] = duplicated
+        try:
+            onnx.checker.check_model(path, full_check=True)
+            result["checker"] = "ok"
+        except Exception as err:  # noqa: BLE001 - reported, not raised
+            result["checker"] = f"{type(err).__name__}: {str(err)[:200]}"
+
+        session = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+        names = [i.name for i in session.get_inputs()]
+        jitted = jax.jit(traced)
+        worst = 0.0
+        for batch in (1, 8):
+            inputs = make_inputs(batch)
+            got = session.run(None, dict(zip(names, inputs)))
+            want = [np.asarray(x) for x in jax.tree_util.tree_leaves(jitted(*inputs))]
+            for g, w in zip(got, want):
+                worst = max(worst, float(np.max(np.abs(g.astype(np.float64) - w))))
+            ort_s, jax_s = _latencies(session, names, jitted, inputs, runs)
+            result[f"ort_b{batch}_s"] = ort_s
+            result[f"jax_b{batch}_s"] = jax_s
+        result["max_abs_diff"] = worst
+    return result
+
+
+def _row(r: dict[str, Any]) -> list[str]:
+    mib = 2**20
+    peak = r.get("peak_rss_increase")
+    return [
+        r["model"],
+        f"{r['params'] / 1e6:.1f}M",
+        f"{r['first_s']:.2f}",
+        f"{r['second_s']:.2f}",
+        f"{r['floor_s']:.2f}",
+        f"{r['second_s'] / r['floor_s']:.2f}x",
+        "n/a" if peak is None else f"{peak / mib:.0f} MiB ({peak / r['param_bytes']:.2f}x)",
+        str(r["nodes"]),
+        str(r["duplicated_const_bytes"]),
+        r["checker"],
+        _latency(r, 1),
+        _latency(r, 8),
+        f"{r['max_abs_diff']:.2g}",
+    ]
+
+
+def _latency(r: dict[str, Any], batch: int) -> str:
+    ort_s, jax_s = r[f"ort_b{batch}_s"], r[f"jax_b{batch}_s"]
+    return f"{ort_s * 1e3:.2f}/{jax_s * 1e3:.2f} ms ({ort_s / jax_s:.2f}x)"
+
+
+HEADER = [
+    "model",
+    "params",
+    "first s",
+    "second s",
+    "floor s",
+    "second/floor",
+    "peak RSS +",
+    "nodes",
+    "dup const B",
+    "checker",
+    "ORT/JAX b1",
+    "ORT/JAX b8",
+    "max |diff|",
+]
+
+
+def table(results: list[dict[str, Any]]) -> str:
+    rows = [HEADER, ["---"] * len(HEADER), *(_row(r) for r in results)]
+    return "\n".join("| " + " | ".join(row) + " |" for row in rows)
+
+
+def _user_env() -> dict[str, str]:
+    """Measure what a user sees: bytecode caches written and used.
+
+    With ``PYTHONDONTWRITEBYTECODE`` set every fresh process compiles every
+    module again; the parent drops it and warms the caches once first.
+    """
+    return {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+
+
+def _import_overhead(repeats: int = 5) -> dict[str, float]:
+    """Median time of ``import jax`` and of ``import jax, jax2onnx`` in fresh processes."""
+    env = _user_env()
+
+    def timed(code: str) -> float:
+        samples = []
+        for _ in range(repeats):
+            out = subprocess.run(
+                [
+                    sys.executable,
+                    "-c",
+                    f"import time; s=time.perf_counter(); {code}; print(time.perf_counter()-s)",
+                ],
+                check=True,
+                capture_output=True,
+                text=True,
+                env=env,
+            )
+            samples.append(float(out.stdout.strip().splitlines()[-1]))
+        return statistics.median(samples)
+
+    base = timed("import jax")
+    both = timed("import jax, jax2onnx")
+    return {"import_jax_s": base, "import_jax_and_jax2onnx_s": both, "overhead_s": both - base}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--models", default=",".join(MODELS))
+    parser.add_argument("--small", action="store_true", help="test-suite configs (smoke run)")
+    parser.add_argument("--runs", type=int, default=20, help="latency runs per batch size")
+    parser.add_argument("--json", default=os.path.join(os.path.dirname(__file__), "results.json"))
+    parser.add_argument("--child", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.child:
+        print(json.dumps(measure(args.child, args.small, args.runs)))
+        return 0
+    env = _user_env()
+    subprocess.run(
+        [sys.executable, "-c", "import jax2onnx, flax.nnx, onnxruntime; jax2onnx.plugins()"],
+        check=True,
+        env=env,
+    )
+    results = []
+    for name in args.models.split(","):
+        command = [sys.executable, __file__, "--child", name, "--runs", str(args.runs)]
+        if args.small:
+            command.append("--small")
+        done = subprocess.run(command, capture_output=True, text=True, env=env)
+        if done.returncode != 0:
+            print(f"{name}: failed\n{done.stderr[-3000:]}", file=sys.stderr)
+            return 1
+        results.append(json.loads(done.stdout.strip().splitlines()[-1]))
+        print(f"{name}: done", file=sys.stderr)
+    imports = _import_overhead()
+    print(
+        f"import jax2onnx adds {imports['overhead_s']:.3f} s to import jax "
+        f"({imports['import_jax_s']:.2f} s), medians of 5 fresh processes"
+    )
+    print(table(results))
+    with open(args.json, "w") as f:
+        json.dump({"imports": imports, "models": results}, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
