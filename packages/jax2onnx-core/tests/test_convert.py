@@ -140,7 +140,9 @@ def test_file_is_written_atomically(tmp_path, monkeypatch):
     def fail(*_args, **_kwargs):
         raise OSError("disk full")
 
-    monkeypatch.setattr(ir, "save", fail)
+    from jax2onnx import serialize
+
+    monkeypatch.setattr(serialize, "write_streaming", fail)
     with pytest.raises(OSError, match="disk full"):
         to_onnx(mlp, [("B", 30)], return_mode="file", output_path=target)
     assert target.read_bytes() == b"previous model"

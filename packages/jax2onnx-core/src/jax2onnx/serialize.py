@@ -1,19 +1,30 @@
 """Step 6: hand the model over as an ``onnx.ModelProto``, an ``onnx_ir.Model`` or a file.
 
-Files are written atomically (a temporary file renamed into place). Models
-whose weights exceed protobuf's 2 GiB limit store them as external data next
-to the model file.
+Files are written atomically (a temporary file renamed into place). A file
+is written without copying the weights: the model is serialised without its
+large initializers, then each one is appended as a further ``graph`` record
+holding one ``initializer`` whose ``raw_data`` is written straight from the
+array's buffer. Protocol buffers merge repeated occurrences of a message
+field, so every reader (``onnx.load``, ONNX Runtime) sees one graph with all
+initializers. Models whose weights exceed protobuf's 2 GiB limit store them
+as external data next to the model file instead.
 """
 
 from __future__ import annotations
 
 import os
 import tempfile
-from typing import Any
+from typing import IO, Any
 
+import numpy as np
 import onnx_ir as ir
 
 PROTOBUF_LIMIT = 2**31 - 2**20  # leave room for the graph itself
+STREAM_MIN_BYTES = 4096  # smaller initializers are serialised with the graph
+
+_MODEL_GRAPH, _GRAPH_INITIALIZER = 7, 5
+_TENSOR_DIMS, _TENSOR_DATA_TYPE, _TENSOR_NAME, _TENSOR_RAW_DATA = 1, 2, 8, 9
+_PACKED = frozenset(("INT4", "UINT4", "FLOAT4E2M1", "INT2", "UINT2"))
 
 
 def weight_bytes(model: ir.Model) -> int:
@@ -41,10 +52,77 @@ def save(
             ir.save(model, tmp, external_data=data_name)
             # the data file was written next to tmp under its final name
         else:
-            ir.save(model, tmp)
+            with open(tmp, "wb") as out:
+                write_streaming(model, out)
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):
             os.unlink(tmp)
         raise
     return path
+
+
+def write_streaming(model: ir.Model, out: IO[bytes]) -> None:
+    """Serialise ``model`` to ``out`` with large initializers written from their buffers."""
+    initializers = model.graph.initializers
+    streamed = [
+        value
+        for value in initializers.values()
+        if value.const_value is not None
+        and value.const_value.nbytes >= STREAM_MIN_BYTES
+        and value.const_value.dtype.name not in _PACKED
+    ]
+    for value in streamed:
+        del initializers[value.name]
+    try:
+        out.write(ir.serde.serialize_model(model).SerializeToString())
+    finally:
+        for value in streamed:
+            initializers[value.name] = value
+    for value in streamed:
+        _write_initializer(out, value.name, value.const_value)
+
+
+def _write_initializer(out: IO[bytes], name: str, tensor: Any) -> None:
+    data = _raw(tensor)
+    head = bytearray()
+    for dim in tensor.shape:
+        head += _key(_TENSOR_DIMS, 0) + _varint(int(dim))
+    head += _key(_TENSOR_DATA_TYPE, 0) + _varint(int(tensor.dtype))
+    encoded_name = name.encode("utf-8")
+    head += _key(_TENSOR_NAME, 2) + _varint(len(encoded_name)) + encoded_name
+    head += _key(_TENSOR_RAW_DATA, 2) + _varint(data.nbytes)
+    tensor_size = len(head) + data.nbytes
+    entry = _key(_GRAPH_INITIALIZER, 2) + _varint(tensor_size)
+    out.write(_key(_MODEL_GRAPH, 2) + _varint(len(entry) + tensor_size))
+    out.write(entry)
+    out.write(head)
+    out.write(data)
+
+
+def _raw(tensor: Any) -> memoryview:
+    """The tensor's little-endian bytes, without a copy when its array allows."""
+    array = tensor.numpy()
+    if array.dtype.byteorder == ">":
+        array = array.astype(array.dtype.newbyteorder("<"))
+    array = np.ascontiguousarray(array)
+    try:
+        return memoryview(array).cast("B")
+    except (TypeError, ValueError):  # dtypes the buffer protocol does not know (bfloat16 ...)
+        return memoryview(array.view(np.uint8)).cast("B")
+
+
+def _key(field: int, wire_type: int) -> bytes:
+    return _varint(field << 3 | wire_type)
+
+
+def _varint(value: int) -> bytes:
+    out = bytearray()
+    while True:
+        byte = value & 0x7F
+        value >>= 7
+        if value:
+            out.append(byte | 0x80)
+        else:
+            out.append(byte)
+            return bytes(out)
