@@ -1,4 +1,7 @@
-"""Our graph passes: constant, Reshape and Transpose folding, MatMul + Add -> Gemm; numbers unchanged."""
+"""Our graph passes: constant, Reshape and Transpose folding, MatMul + Add -> Gemm.
+
+Every test also checks the numbers are unchanged.
+"""
 
 import jax
 import jax.numpy as jnp

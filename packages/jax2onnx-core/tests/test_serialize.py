@@ -27,9 +27,7 @@ def fn(x):
 
 
 def _arrays(model):
-    return {
-        i.name: onnx.numpy_helper.to_array(i).view(np.uint8) for i in model.graph.initializer
-    }
+    return {i.name: onnx.numpy_helper.to_array(i).view(np.uint8) for i in model.graph.initializer}
 
 
 def test_file_holds_what_the_proto_holds(tmp_path):

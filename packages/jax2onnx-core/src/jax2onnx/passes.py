@@ -50,9 +50,8 @@ class FoldTransposesPass(ir.passes.InPlacePass):
 
 _FLOATS = frozenset((np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64)))
 _INTS = frozenset(
-    np.dtype(t)
-    for t in (np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32, np.uint64, bool)
-)
+    np.dtype(t) for t in ("int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64")
+) | {np.dtype(bool)}
 
 
 def _fold_reshape(node, data, shape):
