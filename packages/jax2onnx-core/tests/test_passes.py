@@ -106,3 +106,23 @@ def test_reshape_chain_keeps_a_real_reshape():
     session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
     x = np.arange(12, dtype=np.float32).reshape(2, 6)
     np.testing.assert_allclose(session.run(None, {"in_0": x})[0], fn(x), rtol=1e-6)
+
+
+def test_transposes_meet_through_elementwise_ops():
+    def fn(x):
+        y = jnp.maximum(jnp.transpose(x, (0, 2, 1)), 0.0)
+        return jnp.transpose(jnp.tanh(y) * 2.0, (0, 2, 1))
+
+    model = to_onnx(fn, [("B", 3, 4)])
+    assert "Transpose" not in _ops(model)
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    x = np.random.default_rng(3).standard_normal((2, 3, 4)).astype(np.float32)
+    np.testing.assert_allclose(session.run(None, {"in_0": x})[0], fn(x), rtol=1e-6)
+
+
+def test_transpose_stays_before_a_broadcasting_operand():
+    row = np.arange(3, dtype=np.float32)
+    fn = lambda x: jnp.transpose(x) + row
+    model = to_onnx(fn, [(3, 3)])
+    assert _ops(model) == ["Transpose", "Add"]
+    _check(model, fn, np.arange(9, dtype=np.float32).reshape(3, 3))

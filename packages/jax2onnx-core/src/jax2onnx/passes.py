@@ -20,13 +20,39 @@ import numpy as np
 import onnx_ir as ir
 from onnx_ir.passes import common
 
+_UNARY = frozenset(
+    "Abs Cast Ceil Celu Cos Elu Erf Exp Floor Gelu HardSigmoid HardSwish IsNaN LeakyRelu Log "
+    "Mish Neg Not Reciprocal Relu Round Selu Sigmoid Sign Sin Softplus Softsign Sqrt Tanh".split()
+)
+
+
+_BINARY = frozenset("Add Sub Mul Div Max Min Pow".split())
+
+
+def _sinkable(user: ir.Node, slot: int) -> bool:
+    """A one-input elementwise op, or a binary one whose other operand is one number."""
+    if user.domain not in ("", "ai.onnx") or len(user.outputs) != 1:
+        return False
+    if user.op_type in _UNARY:
+        return len(user.inputs) == 1
+    if user.op_type in _BINARY and len(user.inputs) == 2:
+        other = user.inputs[1 - slot]
+        return other is not None and other.const_value is not None and other.const_value.size == 1
+    return False
+
 
 class FoldTransposesPass(ir.passes.InPlacePass):
-    """``Transpose(Transpose(x, p1), p2)`` -> ``Transpose(x, p1[p2])``, or ``x`` if identity."""
+    """``Transpose(Transpose(x, p1), p2)`` -> ``Transpose(x, p1[p2])``, or ``x`` if identity.
+
+    A Transpose feeding only an elementwise op (``Relu``, ``Gelu``, ``Cast``,
+    or ``Max``/``Add``/... with a single number) first moves below it, so that layout changes on both sides
+    of an activation (``Conv -> Transpose -> Relu -> Transpose -> Conv``)
+    meet and cancel.
+    """
 
     def call(self, model: ir.Model) -> ir.passes.PassResult:
-        modified = False
         graph = model.graph
+        modified = self._sink(graph)
         outputs = {id(v) for v in graph.outputs}
         for node in list(graph):
             if node.op_type != "Transpose" or node.domain not in ("", "ai.onnx"):
@@ -46,6 +72,39 @@ class FoldTransposesPass(ir.passes.InPlacePass):
                 node.attributes["perm"] = ir.AttrInt64s("perm", perm)
             modified = True
         return ir.passes.PassResult(model, modified)
+
+    @staticmethod
+    def _sink(graph: ir.Graph) -> bool:
+        modified = False
+        for node in list(graph):
+            if node.op_type != "Transpose" or node.domain not in ("", "ai.onnx"):
+                continue
+            moved = node.outputs[0]
+            uses = moved.uses()
+            if len(uses) != 1 or moved in graph.outputs or _perm(node) is None:
+                continue
+            ((user, slot),) = uses
+            if not _sinkable(user, slot):
+                continue
+            result = user.outputs[0]
+            later = list(result.uses())
+            was_output = [i for i, v in enumerate(graph.outputs) if v is result]
+            user.replace_input_with(slot, node.inputs[0])
+            after = ir.Node(
+                "", "Transpose", [result], attributes=[node.attributes["perm"]], name=node.name
+            )
+            graph.insert_after(user, after)
+            out = after.outputs[0]
+            out.dtype, out.shape = result.dtype, result.shape
+            result.shape = node.inputs[0].shape
+            for consumer, index in later:
+                consumer.replace_input_with(index, out)
+            for i in was_output:
+                graph.outputs[i] = out
+            out.name, result.name = result.name, f"{result.name}_pre"
+            graph.remove(node, safe=True)
+            modified = True
+        return modified
 
 
 _FLOATS = frozenset((np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64)))
@@ -223,7 +282,7 @@ class FoldConstantsPass(ir.passes.InPlacePass):
                 name=old.name,
                 type=ir.TensorType(ir.DataType.from_numpy(result.dtype)),
                 shape=ir.Shape(result.shape),
-                const_value=ir.Tensor(np.ascontiguousarray(result), name=old.name),
+                const_value=ir.Tensor(np.asarray(result, order="C"), name=old.name),
             )
             ir.convenience.replace_all_uses_with(old, new)
             graph.remove(node, safe=True)

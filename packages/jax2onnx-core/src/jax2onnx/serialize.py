@@ -105,7 +105,7 @@ def _raw(tensor: Any) -> memoryview:
     array = tensor.numpy()
     if array.dtype.byteorder == ">":
         array = array.astype(array.dtype.newbyteorder("<"))
-    array = np.ascontiguousarray(array)
+    array = np.asarray(array, order="C")
     try:
         return memoryview(array).cast("B")
     except (TypeError, ValueError):  # dtypes the buffer protocol does not know (bfloat16 ...)
