@@ -29,6 +29,15 @@ _UNARY = frozenset(
 _BINARY = frozenset("Add Sub Mul Div Max Min Pow".split())
 
 
+def _can_become_output(graph: ir.Graph, value: ir.Value) -> bool:
+    """A node result that is not already an input or output of the graph."""
+    return (
+        value.producer() is not None
+        and not value.is_graph_input()
+        and all(v is not value for v in graph.outputs)
+    )
+
+
 def _sinkable(user: ir.Node, slot: int) -> bool:
     """A one-input elementwise op, or a binary one whose other operand is one number."""
     if user.domain not in ("", "ai.onnx") or len(user.outputs) != 1:
@@ -45,14 +54,18 @@ class FoldTransposesPass(ir.passes.InPlacePass):
     """``Transpose(Transpose(x, p1), p2)`` -> ``Transpose(x, p1[p2])``, or ``x`` if identity.
 
     A Transpose feeding only an elementwise op (``Relu``, ``Gelu``, ``Cast``,
-    or ``Max``/``Add``/... with a single number) first moves below it, so that layout changes on both sides
-    of an activation (``Conv -> Transpose -> Relu -> Transpose -> Conv``)
-    meet and cancel.
+    or ``Max``/``Add``/... with a single number) first moves below it, so that
+    layout changes on both sides of an activation (``Conv -> Transpose ->
+    Relu -> Transpose -> Conv``) meet and cancel.
     """
 
     def call(self, model: ir.Model) -> ir.passes.PassResult:
         graph = model.graph
-        modified = self._sink(graph)
+        modified = False
+        for _ in range(len(graph)):
+            if not self._sink(graph):
+                break
+            modified = True
         outputs = {id(v) for v in graph.outputs}
         for node in list(graph):
             if node.op_type != "Transpose" or node.domain not in ("", "ai.onnx"):
@@ -65,8 +78,13 @@ class FoldTransposesPass(ir.passes.InPlacePass):
                 continue
             perm = [p1[i] for i in p2]
             source = inner.inputs[0]
-            if perm == sorted(perm) and id(node.outputs[0]) not in outputs:
-                ir.convenience.replace_all_uses_with(node.outputs[0], source)
+            out = node.outputs[0]
+            if perm == sorted(perm) and id(out) not in outputs:
+                ir.convenience.replace_all_uses_with(out, source)
+            elif perm == sorted(perm) and _can_become_output(graph, source):
+                name = out.name
+                ir.convenience.replace_all_uses_with(out, source, replace_graph_outputs=True)
+                source.name = name
             else:
                 node.replace_input_with(0, source)
                 node.attributes["perm"] = ir.AttrInt64s("perm", perm)
