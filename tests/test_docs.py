@@ -1,4 +1,4 @@
-"""The docs say what the code does: every lowered primitive is in the coverage table."""
+"""The docs say what the code does: the coverage table, and examples that run."""
 
 import pathlib
 
@@ -15,7 +15,8 @@ def test_coverage_table_lists_every_lowered_primitive():
         for p in jax2onnx.plugins().plugins
         if p.name in OURS and p.rules is not None
         for lw in p.rules.lowerings
-        if f"`{lw.primitive}" not in table and f" {lw.primitive}`" not in table
+        if f"`{lw.primitive}" not in table
+        and f" {lw.primitive}`" not in table
         and f", {lw.primitive}" not in table
     ]
     assert not missing, (
@@ -23,3 +24,18 @@ def test_coverage_table_lists_every_lowered_primitive():
         "`jax2onnx coverage --plugin core --plugin lax --plugin nn --plugin flax "
         "--plugin equinox --markdown > docs/coverage.md`"
     )
+
+
+def _python_blocks(page: str) -> list[str]:
+    text = (ROOT / "docs" / page).read_text()
+    return [block.split("```", 1)[0] for block in text.split("```python\n")[1:]]
+
+
+def test_flax_and_function_examples_run_as_written():
+    pytest = __import__("pytest")
+    pytest.importorskip("flax", reason="the examples need the flax extra")
+    for page in ("flax.md", "functions.md"):
+        blocks = _python_blocks(page)
+        assert blocks, page
+        for block in blocks:
+            exec(compile(block, f"docs/{page}", "exec"), {"__name__": "docs_example"})

@@ -79,3 +79,35 @@ def test_training_mode_module_converts_unchanged():
     to_onnx(model, [("B", 8)])
     assert model.block1.batchnorm.use_running_average is False
     np.testing.assert_array_equal(np.asarray(model.block1.batchnorm.mean[...]), stats)
+
+
+class Shared(nnx.Module):
+    """Two heads over one trunk: the closure copies must keep sharing it."""
+
+    def __init__(self, *, rngs):
+        self.trunk = nnx.Linear(4, 4, rngs=rngs)
+        self.drop = nnx.Dropout(0.5, rngs=rngs)
+
+    def __call__(self, x):
+        return self.drop(self.trunk(x))
+
+
+def test_plain_function_closing_over_training_modules_exports_inference():
+    first = Shared(rngs=nnx.Rngs(0))
+    second = Shared(rngs=nnx.Rngs(1))
+    second.trunk = first.trunk
+    first.train()
+    second.train()
+
+    def fn(x, scale=2.0):
+        return first(x) * scale + second(x)
+
+    exported = to_onnx(fn, [("B", 4)])
+    assert first.drop.deterministic is False, "conversion must not switch the user's modules"
+    assert "Dropout" not in [n.op_type for n in exported.graph.node]
+    assert sum(1 for i in exported.graph.initializer if tuple(i.dims) == (4, 4)) == 1
+    x = np.random.default_rng(1).standard_normal((3, 4)).astype(np.float32)
+    first.eval()
+    second.eval()
+    np.testing.assert_allclose(_run(exported, x)[0], np.asarray(fn(x)), rtol=1e-6, atol=1e-6)
+    assert second.trunk is first.trunk

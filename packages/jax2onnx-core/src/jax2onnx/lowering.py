@@ -31,7 +31,7 @@ _SMALL_CONST = 1024  # constants up to this many elements are shared by value
 _SAME_DTYPE = frozenset(
     "Abs Acos Acosh Add Asin Asinh Atan Atanh AveragePool BatchNormalization BitShift "
     "BitwiseAnd BitwiseNot BitwiseOr BitwiseXor Ceil Celu Clip "
-    "Concat Conv ConvTranspose Cos Cosh CumSum DepthToSpace Div Einsum Elu Erf Exp Expand "
+    "Concat Conv ConvTranspose Cos Cosh CumSum DepthToSpace Div Dropout Einsum Elu Erf Exp Expand "
     "Flatten Floor Gather GatherElements GatherND Gelu Gemm GlobalAveragePool HardSigmoid "
     "HardSwish Identity InstanceNormalization LayerNormalization LeakyRelu Log LogSoftmax MatMul "
     "Max MaxPool Mean Min Mish Mod Mul Neg Pad Pow Reciprocal ReduceL1 ReduceL2 ReduceLogSumExp "
@@ -134,6 +134,8 @@ class GraphScope:
             out.name = self.conversion.fresh(op_type.lower())
         if dtype is not None and num_outputs >= 1:
             node.outputs[0].dtype = dtype
+        if op_type == "Dropout" and num_outputs == 2 and domain in ("", "ai.onnx"):
+            node.outputs[1].dtype = ir.DataType.BOOL  # the mask
         self.nodes.append(node)
         return node.outputs
 

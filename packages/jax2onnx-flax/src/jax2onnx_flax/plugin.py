@@ -1,17 +1,55 @@
-"""jax2onnx-flax: Flax NNX and Linen modules.
+"""jax2onnx-flax: Flax NNX modules.
 
-This release registers the plugin and its (still empty) rule set; module
-preparation and module interceptions land with the NNX work. Plain functions
-that close over NNX modules already convert through the lax lowerings.
+``jax2onnx_prepare`` turns an ``nnx.Module`` (or a bound method of one) into a
+pure function over its state in inference mode (see :mod:`jax2onnx_flax.prepare`);
+the family modules intercept NNX modules (``Linear`` -> Gemm, ``LayerNorm`` ->
+LayerNormalization, ``MultiHeadAttention`` -> Attention ...).
+Importing this module never imports Flax: the hook looks at ``sys.modules``
+first, since an object cannot be an NNX module unless Flax is loaded.
 """
 
 from __future__ import annotations
 
-from jax2onnx.plugin import Rules, hookimpl
+import sys
+from typing import Any
 
-rules = Rules("flax")
+from jax2onnx.plugin import Prepared, Rules, hookimpl
+from jax2onnx_flax import (  # noqa: F401 - importing a family module registers its rules
+    attention,
+    attention_cases,
+    conv,
+    conv_transpose,
+    dropout,
+    embed,
+    linear,
+    model_cases,
+    norm,
+    pooling,
+)
+from jax2onnx_flax._rules import rules
 
 
 @hookimpl
 def jax2onnx_rules() -> Rules:
     return rules
+
+
+@hookimpl
+def jax2onnx_prepare(fn: Any, config: dict[str, Any]) -> Prepared | None:
+    if "flax.nnx" not in sys.modules:
+        return None
+    from jax2onnx_flax.prepare import (
+        as_module_call,
+        closed_over_modules,
+        prepare_closure,
+        prepare_module,
+    )
+
+    found = as_module_call(fn)
+    if found is not None:
+        module, method = found
+        return prepare_module(module, method, config)
+    positions = closed_over_modules(fn)
+    if positions:
+        return prepare_closure(fn, positions, config)
+    return None

@@ -7,12 +7,15 @@ switches the copy to inference mode (``Dropout`` is identity, ``BatchNorm``
 uses its running statistics) and calls it. The user's module is never
 mutated, a module left in training mode converts without
 ``TraceContextError``, and the state's arrays are referenced as they are
-(they become the model's initializers without a copy).
+(they become the model's initializers without a copy). A plain function
+whose closure holds modules (``lambda x: model(x) + 1``) gets the same
+treatment: it is called with inference-mode copies in those cells.
 """
 
 from __future__ import annotations
 
 import functools
+import types
 from typing import Any
 
 from jax2onnx.plugin import Prepared
@@ -33,6 +36,60 @@ def as_module_call(obj: Any) -> tuple[Any, str | None] | None:
     return None
 
 
+def closed_over_modules(fn: Any) -> list[int]:
+    """Positions of the closure cells of a plain function that hold NNX modules."""
+    from flax import nnx
+
+    if not isinstance(fn, types.FunctionType) or not fn.__closure__:
+        return []
+    found = []
+    for i, cell in enumerate(fn.__closure__):
+        try:
+            if isinstance(cell.cell_contents, nnx.Module):
+                found.append(i)
+        except ValueError:  # an empty cell
+            continue
+    return found
+
+
+def prepare_closure(fn: Any, positions: list[int], config: dict[str, Any]) -> Prepared:
+    """A copy of ``fn`` whose closed-over modules are inference-mode copies.
+
+    The modules are split together, so submodules they share stay shared in
+    the copies; the function's code, globals and defaults are the user's own.
+    """
+    from flax import nnx
+
+    cells = fn.__closure__
+    modules = tuple(cells[i].cell_contents for i in positions)
+    graphdef, state = nnx.split(modules)
+    pinned = _pinned(config)
+
+    def pure(*args: Any, **kwargs: Any) -> Any:
+        copies = nnx.merge(graphdef, state)
+        if pinned:
+            for copy in copies:
+                copy.set_attributes(**pinned, raise_if_not_found=False)
+        replaced = dict(zip(positions, copies))
+        closure = tuple(
+            types.CellType(replaced[i]) if i in replaced else cell for i, cell in enumerate(cells)
+        )
+        clone = types.FunctionType(
+            fn.__code__, fn.__globals__, fn.__name__, fn.__defaults__, closure
+        )
+        clone.__kwdefaults__ = fn.__kwdefaults__
+        return clone(*args, **kwargs)
+
+    _copy_signature(pure, fn)
+    return Prepared(fn=pure, name=getattr(fn, "__qualname__", None))
+
+
+def _pinned(config: dict[str, Any]) -> dict[str, bool]:
+    """Switches the user passes as input_params stay runtime inputs: do not pin them."""
+    runtime = set(config.get("input_params") or ())
+    return {name: True for name in INFERENCE_ATTRIBUTES if name not in runtime}
+
+
 def prepare_module(module: Any, method: str | None, config: dict[str, Any]) -> Prepared:
     """A pure function calling an inference-mode copy of ``module``."""
     from flax import nnx
@@ -43,9 +100,7 @@ def prepare_module(module: Any, method: str | None, config: dict[str, Any]) -> P
             f"export instead, e.g. to_onnx(model.{_first_method(module)}, ...)"
         )
     graphdef, state = nnx.split(module)
-    runtime = set(config.get("input_params") or ())
-    # Switches the user passes as input_params stay runtime inputs: do not pin them.
-    pinned = {name: True for name in INFERENCE_ATTRIBUTES if name not in runtime}
+    pinned = _pinned(config)
     target_name = f"{type(module).__name__}.{method or '__call__'}"
 
     def pure(*args: Any, **kwargs: Any) -> Any:

@@ -10,6 +10,7 @@ from jax2onnx_lax import (  # noqa: F401 - importing a family module registers i
     conv,
     cumulative,
     dot,
+    fft,
     gather,
     image,
     indexing,

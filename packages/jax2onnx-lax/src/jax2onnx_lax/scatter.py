@@ -261,7 +261,7 @@ _SET_CASES = [
         "rows",
         lambda x, u: _at(x)[_ROWS].set(u),
         [(5, 3), (4, 3)],
-        expect=["Where -> ScatterND -> Slice:5x3"],
+        expect=["Concat -> ScatterND -> Slice:5x3"],  # the clamped row indices fold
     ),
     case(
         "columns_symbolic",

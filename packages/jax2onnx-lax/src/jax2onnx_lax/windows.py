@@ -534,7 +534,7 @@ rules.lowering(
             "avg_pool",
             _avg_pool,
             [_NHWC],
-            expect=["Transpose -> Conv -> Transpose"],
+            expect=["Transpose -> Conv -> Div -> Transpose"],
             counts={"Transpose": 2},
             variants=["f32"],
         ),

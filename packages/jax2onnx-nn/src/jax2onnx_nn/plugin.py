@@ -10,7 +10,7 @@ convert too.
 from __future__ import annotations
 
 from jax2onnx.plugin import Rules, hookimpl
-from jax2onnx_nn import activations, attention, softmax  # noqa: F401 - importing a family module registers its rules
+from jax2onnx_nn import activations, attention, reductions, scaled, softmax  # noqa: F401 - importing a family module registers its rules
 from jax2onnx_nn._rules import rules
 
 

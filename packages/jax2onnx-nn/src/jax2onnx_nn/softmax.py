@@ -267,6 +267,7 @@ _LSE_EDGES = np.array(
 
 @rules.lowering(
     logsumexp_p,
+    min_opset=18,
     cases=[
         case(
             "logsumexp",
@@ -299,6 +300,7 @@ _LSE_EDGES = np.array(
             jax.grad(lambda x: jax.nn.logsumexp(x, axis=-1).sum()),
             [("B", 5)],
         ),
+        case("logsumexp_opset17", lambda x: jax.nn.logsumexp(x, axis=-1), [("B", 5)], opset=17),
     ],
 )
 def logsumexp(ctx, x, *, axis, b, keepdims, return_sign, where):
@@ -327,6 +329,12 @@ def logsumexp(ctx, x, *, axis, b, keepdims, return_sign, where):
     m = ctx.op.Where(finite, m, np.zeros((), dt))
     total = ctx.op.ReduceSum(ctx.op.Exp(ctx.op.Sub(x, m)), ax, keepdims=int(bool(keepdims)))
     return ctx.op.Add(ctx.op.Log(total), m if keepdims else ctx.op.Squeeze(m, ax))
+
+
+@rules.lowering(logsumexp_p)
+def _logsumexp_before_18(ctx, x, **params):
+    """Below opset 18 (reduction axes are attributes): JAX's decomposition, inlined."""
+    return ctx.decompose(_logsumexp, x, **params)
 
 
 # -- standardize ---------------------------------------------------------------
