@@ -335,6 +335,41 @@ def test_interceptions_are_undone_even_when_tracing_raises():
         del sys.modules[module.__name__]
 
 
+def test_accept_refuses_calls_which_then_run_the_original():
+    module = types.ModuleType("j2o_test_intercept_accept")
+
+    def scaled(x, factor=2.0):
+        return x * factor
+
+    module.scaled = scaled
+    sys.modules[module.__name__] = module
+    try:
+        rules = Rules("test_accept")
+        scaled_p = rules.primitive("scaled", impl=scaled)
+        seen = []
+
+        def accept(arguments):
+            seen.append(arguments)
+            return arguments["factor"] > 0
+
+        rules.intercept(f"{module.__name__}.scaled", scaled_p, accept=accept)
+
+        @rules.lowering(scaled_p)
+        def lower(ctx, x, *, factor):
+            return ctx.op.Abs(ctx.op.Mul(x, np.asarray(factor, np.float32)))
+
+        model = to_onnx(lambda x: module.scaled(x), [(3,)], extra_rules=[rules])
+        assert [n.op_type for n in model.graph.node] == ["Mul", "Abs"]
+        assert set(seen[-1]) == {"x", "factor"} and seen[-1]["factor"] == 2.0  # defaults filled
+        model = to_onnx(lambda x: module.scaled(x, factor=-1.0), [(3,)], extra_rules=[rules])
+        assert [n.op_type for n in model.graph.node] == ["Mul"]  # refused: the original ran
+        with pytest.raises(TypeError):  # a call that does not bind gets the user's own error
+            to_onnx(lambda x: module.scaled(x, scale=3.0), [(3,)], extra_rules=[rules])
+        assert module.scaled is scaled
+    finally:
+        del sys.modules[module.__name__]
+
+
 def test_interception_of_an_unimported_package_is_skipped():
     rules = Rules("test_unimported")
     prim = rules.primitive("never", impl=lambda x: x)

@@ -1,4 +1,4 @@
-"""Our graph passes: constant, Reshape and Transpose folding, MatMul + Add -> Gemm.
+"""Our graph passes: constant, Reshape and Transpose folding, MatMul + Add -> Gemm, dedup.
 
 Every test also checks the numbers are unchanged.
 """
@@ -139,3 +139,16 @@ def test_folded_scalar_constants_keep_rank_zero():
     session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
     x = np.random.default_rng(4).standard_normal((2, 17, 32)).astype(np.float32)
     np.testing.assert_allclose(session.run(None, {"in_0": x})[0], fn(x), rtol=1e-6)
+
+
+def test_equal_weights_of_any_size_are_stored_once():
+    big = np.zeros((64, 64), np.float32)  # above onnx_ir's own size limit
+    other = np.zeros((64, 64), np.float32)
+    near = big.copy()
+    near[-1, -1] = 1.0  # equal in every sampled element but the last
+    fn = lambda x: ((x @ big + 1.0) @ other + 2.0) @ near
+    model = to_onnx(fn, [("B", 64)])
+    sizes = sorted(onnx.numpy_helper.to_array(t).size for t in model.graph.initializer)
+    assert sizes.count(64 * 64) == 2  # big and other merged; near kept
+    x = np.random.default_rng(5).standard_normal((2, 64)).astype(np.float32)
+    _check(model, fn, x)

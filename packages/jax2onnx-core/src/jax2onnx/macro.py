@@ -118,6 +118,53 @@ def _is_array(value) -> bool:
     return isinstance(value, (jax.Array, jax.core.Tracer, np.ndarray, np.generic))
 
 
+def call_arguments(original: Callable[..., Any]) -> Callable[..., dict[str, Any] | None]:
+    """``arguments(*args, **kwargs)``: a call's arguments by name, defaults filled in.
+
+    For binders that decide per call: the result is ``None`` when the call
+    does not fit ``original``'s signature (the binder then runs
+    ``original``, which raises the user's own error).
+    """
+    try:
+        signature = inspect.signature(original)
+    except (TypeError, ValueError):
+        signature = None
+
+    def arguments(*args: Any, **kwargs: Any) -> dict[str, Any] | None:
+        if signature is None:
+            return None
+        try:
+            bound = signature.bind(*args, **kwargs)
+        except TypeError:
+            return None
+        bound.apply_defaults()
+        return dict(bound.arguments)
+
+    return arguments
+
+
+def accepting(
+    make: Callable[[Callable[..., Any]], Callable[..., Any]],
+    accept: Callable[[dict[str, Any]], bool],
+) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """A binder that runs ``original`` for the calls ``accept(arguments)`` refuses."""
+
+    def binder(original: Callable[..., Any]) -> Callable[..., Any]:
+        arguments = call_arguments(original)
+        stand_in = make(original)
+
+        @functools.wraps(original)
+        def call(*args, **kwargs):
+            named = arguments(*args, **kwargs)
+            if named is None or not accept(named):
+                return original(*args, **kwargs)
+            return stand_in(*args, **kwargs)
+
+        return call
+
+    return binder
+
+
 def default_binder(original: Callable[..., Any], prim) -> Callable[..., Any]:
     """A stand-in for ``original`` that binds ``prim`` when it can.
 

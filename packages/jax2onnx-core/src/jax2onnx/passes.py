@@ -1,14 +1,15 @@
-"""Step 5: clean the graph with onnx_ir's own passes, plus one of ours.
+"""Step 5: clean the graph with onnx_ir's own passes, plus our own.
 
-Identity nodes and unused nodes go, equal subexpressions merge, small equal
-initializers merge, unused functions and opset imports go; onnx_ir has all of
-these. Ours, where onnx_ir has none: :class:`FoldTransposesPass` merges chains
-of Transpose nodes, which the NCHW adaptors and layout-changing lowerings
-create next to each other; :class:`FoldReshapesPass` collapses Reshape
-chains and drops Reshapes that keep the shape; :class:`FoldConstantsPass` computes, once at
-conversion time, the nodes whose inputs are all initializers (a bias
-reshaped for broadcasting, ``rsqrt(var + eps)`` of a normalisation) for the
-ops whose NumPy result is bit-identical to ONNX Runtime's;
+Identity nodes and unused nodes go, equal subexpressions merge, unused
+functions and opset imports go; onnx_ir has all of these. Ours, where onnx_ir
+has none: :class:`FoldTransposesPass` merges chains of Transpose nodes, which
+the NCHW adaptors and layout-changing lowerings create next to each other;
+:class:`FoldReshapesPass` collapses Reshape chains and drops Reshapes that
+keep the shape; :class:`FoldConstantsPass` computes, once at conversion time,
+the nodes whose inputs are all initializers (a bias reshaped for
+broadcasting, ``rsqrt(var + eps)`` of a normalisation) for the ops whose
+NumPy result is bit-identical to ONNX Runtime's;
+:class:`DeduplicateWeightsPass` merges equal initializers of any size;
 :class:`FuseMatMulAddPass` turns a 2-D ``MatMul + Add`` (a dense layer
 written as ``x @ w + b``, two primitives) into one Gemm. Every pass is
 deterministic, so the same input gives a byte-identical model.
@@ -459,6 +460,51 @@ def _fusable(graph: ir.Graph, matmul: ir.Node, product: ir.Value, bias: ir.Value
     return True
 
 
+class DeduplicateWeightsPass(ir.passes.InPlacePass):
+    """Initializers equal in dtype, shape and every byte become one, whatever their size.
+
+    onnx_ir's own pass compares the bytes of small tensors only (a copy of
+    each); weights too can repeat (zero biases of a freshly built model,
+    tied tables). Candidates are grouped by a strided sample of at most 64
+    elements, so distinct weights cost a few bytes each; only tensors whose
+    samples agree are compared in full, on views of their arrays (no copies).
+    """
+
+    def call(self, model: ir.Model) -> ir.passes.PassResult:
+        modified = False
+        for graph in model.graphs():
+            groups: dict[tuple, list[tuple[ir.Value, np.ndarray]]] = {}
+            for value in tuple(graph.initializers.values()):
+                array = _bytes_of(value)
+                if array is None or value.is_graph_input() or value.is_graph_output():
+                    continue
+                step = max(1, array.size // 64)
+                key = (value.dtype, tuple(value.shape), array[::step].tobytes())
+                group = groups.setdefault(key, [])
+                kept = next((v for v, a in group if np.array_equal(a, array)), None)
+                if kept is None:
+                    group.append((value, array))
+                    continue
+                value.replace_all_uses_with(kept)
+                graph.initializers.pop(value.name)
+                modified = True
+        return ir.passes.PassResult(model, modified)
+
+
+def _bytes_of(value: ir.Value) -> np.ndarray | None:
+    """The initializer's bytes as a flat uint8 view, or None when it has no array at hand."""
+    tensor = value.const_value
+    if tensor is None or value.shape is None or not value.shape.is_static():
+        return None
+    try:
+        array = tensor.numpy()
+    except Exception:  # noqa: BLE001 - external or packed data: left alone
+        return None
+    if not array.flags.c_contiguous:
+        return None
+    return array.reshape(-1).view(np.uint8)
+
+
 def _perm(node: ir.Node) -> list[int] | None:
     attr = node.attributes.get("perm")
     return None if attr is None else list(attr.as_ints())
@@ -475,7 +521,7 @@ def optimize(model: ir.Model) -> ir.Model:
         common.CommonSubexpressionEliminationPass(),
         common.RemoveUnusedNodesPass(),
         FuseMatMulAddPass(),
-        common.DeduplicateInitializersPass(),
+        DeduplicateWeightsPass(),
         common.RemoveUnusedFunctionsPass(),
         common.RemoveUnusedOpsetsPass(),
     )

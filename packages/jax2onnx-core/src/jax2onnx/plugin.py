@@ -25,9 +25,14 @@ from jax2onnx.rules import Interception, Lowering, Prepared, Rules
 
 if TYPE_CHECKING:
     from jax2onnx.lowering import LoweringContext, SubgraphBuilder
+    from jax2onnx.macro import call_arguments
 
 
 def __getattr__(name: str):
+    if name == "call_arguments":
+        from jax2onnx.macro import call_arguments
+
+        return call_arguments
     # the lowering context lives with onnx_ir, which is imported on first use
     if name in ("LoweringContext", "SubgraphBuilder"):
         from jax2onnx import lowering
@@ -46,6 +51,7 @@ __all__ = [
     "Prepared",
     "Rules",
     "SubgraphBuilder",
+    "call_arguments",
     "case",
     "hookimpl",
 ]

@@ -180,20 +180,28 @@ class Rules:
         primitive: Any,
         *,
         binder: Callable[[Callable[..., Any]], Callable[..., Any]] | None = None,
+        accept: Callable[[dict[str, Any]], bool] | None = None,
         aliases: Iterable[str] = (),
     ) -> None:
         """While ``to_onnx`` traces, replace ``target`` with a call binding ``primitive``.
 
         ``target`` is ``"package.module.attr"``. ``binder(original)`` returns the
         stand-in; the default binds the leading array arguments as operands
-        and the other arguments as parameters. ``aliases`` name other places
-        that re-export the same function (``"flax.nnx.gelu"`` for
-        ``"jax.nn.gelu"``); each is patched too, but only while it still is
-        the very object ``target`` names.
+        and the other arguments as parameters. ``accept(arguments)`` (the
+        call's arguments by name, defaults filled in) may refuse a call: the
+        original function then runs and converts through its decomposition.
+        ``aliases`` name other places that re-export the same function
+        (``"flax.nnx.gelu"`` for ``"jax.nn.gelu"``); each is patched too, but
+        only while it still is the very object ``target`` names.
         """
         for name in (target, *aliases):
             if name.count(".") < 1:
                 raise ValueError(f"intercept target {name!r} must be 'module.attribute'")
+        if accept is not None:
+            from jax2onnx.macro import accepting, default_binder
+
+            make = binder or (lambda original: default_binder(original, primitive))
+            binder = accepting(make, accept)
         self.interceptions.append(
             Interception(target, binder, primitive, self.name, tuple(aliases))
         )

@@ -52,6 +52,7 @@ import numpy as np
 
 from jax2onnx.dims import is_symbolic
 from jax2onnx.errors import Jax2OnnxError
+from jax2onnx.plugin import call_arguments
 from jax2onnx_flax._rules import rules
 
 F32 = np.dtype(np.float32)
@@ -166,16 +167,13 @@ dpa_p = rules.primitive(
 
 
 def _dpa_binder(original):
-    signature = inspect.signature(original)
+    arguments = call_arguments(original)
 
     @functools.wraps(original)
     def call(*args, **kwargs):
-        try:
-            bound = signature.bind(*args, **kwargs)
-        except TypeError:
+        a = arguments(*args, **kwargs)
+        if a is None:
             return original(*args, **kwargs)
-        bound.apply_defaults()
-        a = bound.arguments
         if a["dropout_rate"] == 0.0 or not a["deterministic"] or a["module"] is not None:
             return original(*args, **kwargs)  # jax.nn's path (its own primitive), or random
         qkv = (a["query"], a["key"], a["value"])
@@ -397,18 +395,15 @@ def _mha_binder(original):
     from flax import nnx
     from flax.nnx.nn import dtypes as flax_dtypes
 
-    signature = inspect.signature(original)
+    arguments = call_arguments(original)
     init = inspect.signature(nnx.MultiHeadAttention.__init__).parameters
     flax_attention = init["attention_fn"].default
 
     @functools.wraps(original)
     def call(self, *args, **kwargs):
-        try:
-            bound = signature.bind(self, *args, **kwargs)
-        except TypeError:
+        a = arguments(self, *args, **kwargs)
+        if a is None:
             return original(self, *args, **kwargs)
-        bound.apply_defaults()
-        a = bound.arguments
         fallback = functools.partial(original, self, *args, **kwargs)
         decode = a["decode"] if a["decode"] is not None else self.decode
         deterministic = a["deterministic"]

@@ -22,7 +22,6 @@ batch axis (Flax pools any number of them); JVPs differentiate Flax's code.
 from __future__ import annotations
 
 import functools
-import inspect
 
 import jax
 import numpy as np
@@ -30,7 +29,7 @@ from jax import lax
 from jax.interpreters import batching
 
 from jax2onnx.dims import is_symbolic
-from jax2onnx.plugin import case
+from jax2onnx.plugin import call_arguments, case
 from jax2onnx_flax._rules import rules
 from jax2onnx_lax.windows import _float_max_pool
 
@@ -68,16 +67,13 @@ def _static_padding(padding):
 
 def _binder(prim):
     def make(original):
-        signature = inspect.signature(original)
+        arguments = call_arguments(original)
 
         @functools.wraps(original)
         def call(*args, **kwargs):
-            try:
-                bound = signature.bind(*args, **kwargs)
-            except TypeError:
+            params = arguments(*args, **kwargs)
+            if params is None:
                 return original(*args, **kwargs)
-            bound.apply_defaults()
-            params = dict(bound.arguments)
             x = params.pop("inputs")
             padding = _static_padding(params["padding"])
             try:

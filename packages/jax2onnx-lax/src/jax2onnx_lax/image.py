@@ -39,7 +39,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jax2onnx.dims import is_symbolic
-from jax2onnx.plugin import case
+from jax2onnx.plugin import call_arguments, case
 from jax2onnx_lax._rules import rules
 from jax2onnx_lax._util import cast, i64
 
@@ -70,16 +70,13 @@ resize_p = rules.primitive("image.resize", impl=_impl, batching=_resize_batching
 
 
 def _binder(original):
-    signature = inspect.signature(original)
+    arguments = call_arguments(original)
 
     @functools.wraps(original)
     def call(*args, **kwargs):
-        try:
-            bound = signature.bind(*args, **kwargs)
-        except TypeError:
+        a = arguments(*args, **kwargs)
+        if a is None:
             return original(*args, **kwargs)
-        bound.apply_defaults()
-        a = bound.arguments
         image, shape = a["image"], a["shape"]
         try:
             shape = tuple(shape)

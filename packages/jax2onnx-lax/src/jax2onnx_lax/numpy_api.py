@@ -23,7 +23,6 @@ cases over the common ``jax.numpy`` API converting through the lax lowerings.
 from __future__ import annotations
 
 import functools
-import inspect
 import math
 from typing import Any
 
@@ -32,8 +31,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from jax2onnx.macro import default_binder
-from jax2onnx.plugin import case
+from jax2onnx.plugin import call_arguments, case
 from jax2onnx_lax._rules import rules
 
 # The originals, captured before any interception patches them.
@@ -55,32 +53,6 @@ _CLIP_NATIVE = {
         np.uint64,
     )
 }
-
-
-def _guarded(prim, accept, *, operands: bool = True):
-    """An interception binder: ``accept(arguments)`` or the original function runs."""
-
-    def make(original):
-        signature = inspect.signature(original)
-        bound = default_binder(original, prim) if operands else None
-
-        @functools.wraps(original)
-        def call(*args, **kwargs):
-            try:
-                arguments = signature.bind(*args, **kwargs)
-            except TypeError:
-                return original(*args, **kwargs)
-            arguments.apply_defaults()
-            params = dict(arguments.arguments)
-            if not accept(params):
-                return original(*args, **kwargs)
-            if bound is not None:
-                return bound(*args, **kwargs)
-            return prim.bind(**params)
-
-        return call
-
-    return make
 
 
 # -- jnp.clip ---------------------------------------------------------------
@@ -105,7 +77,7 @@ def _clip_impl(arr, *, min=None, max=None):  # noqa: A002 - jnp.clip's parameter
 
 
 clip_p = rules.primitive("numpy.clip", impl=_clip_impl, batching="elementwise", jvp="fallback")
-rules.intercept("jax.numpy.clip", clip_p, binder=_guarded(clip_p, _clip_accept))
+rules.intercept("jax.numpy.clip", clip_p, accept=_clip_accept)
 
 
 def _exact_bound(value: Any, dtype: np.dtype) -> np.ndarray | None:
@@ -230,9 +202,14 @@ def _linspace_impl(*, start, stop, num, endpoint, retstep, dtype, axis, device):
 
 
 linspace_p = rules.primitive("numpy.linspace", impl=_linspace_impl, batching="fallback", jvp=None)
-rules.intercept(
-    "jax.numpy.linspace", linspace_p, binder=_guarded(linspace_p, _linspace_accept, operands=False)
-)
+
+
+def _linspace_binder(original):
+    arguments = call_arguments(original)  # every argument is a parameter: no operands
+    return lambda *args, **kwargs: linspace_p.bind(**arguments(*args, **kwargs))
+
+
+rules.intercept("jax.numpy.linspace", linspace_p, binder=_linspace_binder, accept=_linspace_accept)
 
 
 @rules.lowering(linspace_p)

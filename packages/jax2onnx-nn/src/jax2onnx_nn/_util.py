@@ -2,14 +2,11 @@
 
 from __future__ import annotations
 
-import functools
-import inspect
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 
-from jax2onnx.macro import default_binder
 from jax2onnx_nn._rules import rules
 
 F32 = np.dtype(np.float32)
@@ -32,9 +29,8 @@ def macro(
     function and converts through its decomposition.
     """
     prim = rules.primitive(name, impl=impl, batching=batching, jvp=jvp)
-    binder = None if accept is None else _guarded(prim, accept)
     for target in targets:
-        rules.intercept(target, prim, binder=binder, aliases=_aliases(target))
+        rules.intercept(target, prim, accept=accept, aliases=_aliases(target))
     return prim
 
 
@@ -44,27 +40,6 @@ def _aliases(target: str) -> tuple[str, ...]:
         return ()
     name = target.rsplit(".", 1)[1]
     return (f"flax.nnx.{name}", f"flax.linen.{name}")
-
-
-def _guarded(prim, accept):
-    def make(original):
-        bound = default_binder(original, prim)
-        signature = inspect.signature(original)
-
-        @functools.wraps(original)
-        def call(*args, **kwargs):
-            try:
-                arguments = signature.bind(*args, **kwargs)
-            except TypeError:
-                return original(*args, **kwargs)
-            arguments.apply_defaults()
-            if not accept(dict(arguments.arguments)):
-                return original(*args, **kwargs)
-            return bound(*args, **kwargs)
-
-        return call
-
-    return make
 
 
 def dtype_in(ctx, dtypes: Sequence[Any]) -> bool:

@@ -18,14 +18,13 @@ or a non-XLA ``implementation`` run the original function.
 from __future__ import annotations
 
 import functools
-import inspect
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 from jax2onnx.dims import is_symbolic
-from jax2onnx.plugin import case
+from jax2onnx.plugin import call_arguments, case
 from jax2onnx_nn._rules import rules
 from jax2onnx_nn._util import F32, batch_front
 
@@ -69,16 +68,13 @@ attention_p = rules.primitive(
 
 
 def _binder(original):
-    signature = inspect.signature(original)
+    arguments = call_arguments(original)
 
     @functools.wraps(original)
     def call(*args, **kwargs):
-        try:
-            bound = signature.bind(*args, **kwargs)
-        except TypeError:
+        a = arguments(*args, **kwargs)
+        if a is None:
             return original(*args, **kwargs)
-        bound.apply_defaults()
-        a = bound.arguments
         window = a["local_window_size"]
         if (
             a["query_seq_lengths"] is not None
