@@ -86,8 +86,9 @@ def test_on_key_data_only_for_layout_equations_on_keys():
         lambda ks, x: (ks.reshape(2, 3), x.reshape(2, 3), jax.random.bits(ks[0]))
     )(keys, np.zeros(6, np.float32)).eqns
     by_name = {e.primitive.name: e for e in eqns}
-    closed = on_key_data(eqns[0])
-    assert closed is not None and closed.in_avals[0].shape == (6, 2)
+    fn, specs = on_key_data(eqns[0])
+    closed = jax.make_jaxpr(fn)(*specs)
+    assert closed.in_avals[0].shape == (6, 2)
     assert closed.out_avals[0].shape == (2, 3, 2) and closed.out_avals[0].dtype == np.uint32
     assert on_key_data(eqns[1]) is None  # no key array
     assert on_key_data(by_name["random_bits"]) is None  # a key primitive: its own rule

@@ -16,7 +16,7 @@ try:
 except PackageNotFoundError:  # pragma: no cover - running from a source tree
     __version__ = "0.0.0"
 
-from jax2onnx.api import allclose, to_onnx, traced_callable
+from jax2onnx.api import allclose, convert, to_onnx, traced_callable
 from jax2onnx.functions import onnx_function
 from jax2onnx.loading import PluginSet
 
@@ -31,6 +31,7 @@ __all__ = [
     "PluginSet",
     "__version__",
     "allclose",
+    "convert",
     "onnx_function",
     "plugins",
     "to_onnx",

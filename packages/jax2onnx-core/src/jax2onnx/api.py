@@ -1,4 +1,4 @@
-"""The public entry points: ``to_onnx``, ``allclose`` and ``traced_callable``."""
+"""The public entry points: ``to_onnx``, ``convert``, ``allclose`` and ``traced_callable``."""
 
 from __future__ import annotations
 
@@ -6,11 +6,14 @@ import logging
 import os
 import time
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
 from jax2onnx.rules import Rules
+
+if TYPE_CHECKING:
+    from jax2onnx.converter import ConversionResult
 
 logger = logging.getLogger("jax2onnx")
 
@@ -22,6 +25,67 @@ def _plugins() -> Any:
     from jax2onnx import plugins
 
     return plugins()
+
+
+def _extra(extra_rules: Sequence[Rules] | Rules | None) -> list[Rules]:
+    if isinstance(extra_rules, Rules):
+        extra_rules = [extra_rules]
+    extra = list(extra_rules or ())
+    for item in extra:
+        if not isinstance(item, Rules):
+            raise TypeError(f"extra_rules entries must be jax2onnx.plugin.Rules, got {item!r}")
+    return extra
+
+
+def convert(
+    fn: Callable[..., Any],
+    inputs: Sequence[Any],
+    input_params: Mapping[str, Any] | None = None,
+    model_name: str = "jax_model",
+    opset: int = 23,
+    *,
+    enable_double_precision: bool = False,
+    record_primitive_calls_file: str | os.PathLike[str] | None = None,
+    inputs_as_nchw: Sequence[int | str] | None = None,
+    outputs_as_nchw: Sequence[int | str] | None = None,
+    input_names: Sequence[str] | None = None,
+    output_names: Sequence[str] | None = None,
+    extra_rules: Sequence[Rules] | Rules | None = None,
+) -> ConversionResult:
+    """Convert like :func:`to_onnx`, returning the ``onnx_ir.Model`` and a report.
+
+    Takes :func:`to_onnx`'s arguments but the output ones. The result's
+    ``model`` is the optimised ``onnx_ir.Model``; its ``report`` holds the
+    seconds each step took and the ONNX op types each primitive's rule
+    emitted (what ``jax2onnx coverage`` and the testkit read).
+    """
+    from jax2onnx import converter
+
+    if not isinstance(model_name, str) or not model_name:
+        raise TypeError(f"model_name must be a non-empty string, got {model_name!r}")
+    extra = _extra(extra_rules)
+    start = time.perf_counter()
+    plugin_set = _plugins()
+    registry = plugin_set.registry(extra)
+    options = converter.Options(
+        input_params=input_params,
+        model_name=model_name,
+        opset=opset,
+        enable_double_precision=enable_double_precision,
+        input_names=input_names,
+        output_names=output_names,
+        inputs_as_nchw=inputs_as_nchw,
+        outputs_as_nchw=outputs_as_nchw,
+        record_primitive_calls_file=record_primitive_calls_file,
+    )
+    return converter.convert(
+        fn,
+        inputs,
+        options,
+        plugin_set=plugin_set,
+        registry=registry,
+        timings={"plugins": time.perf_counter() - start},
+    )
 
 
 def to_onnx(
@@ -72,56 +136,39 @@ def to_onnx(
     Returns:
         The model in the form ``return_mode`` asks for (the path for ``"file"``).
     """
-    from jax2onnx import converter, serialize
+    from jax2onnx import serialize
 
     mode = return_mode.lower().strip() if isinstance(return_mode, str) else return_mode
     if mode not in _RETURN_MODES:
         raise ValueError(f"return_mode must be one of {list(_RETURN_MODES)}, got {return_mode!r}")
     if mode == "file" and output_path is None:
         raise ValueError("return_mode='file' needs output_path, the file to write")
-    if not isinstance(model_name, str) or not model_name:
-        raise TypeError(f"model_name must be a non-empty string, got {model_name!r}")
-    if isinstance(extra_rules, Rules):
-        extra_rules = [extra_rules]
-    extra = list(extra_rules or ())
-    for item in extra:
-        if not isinstance(item, Rules):
-            raise TypeError(f"extra_rules entries must be jax2onnx.plugin.Rules, got {item!r}")
-
-    start = time.perf_counter()
-    plugin_set = _plugins()
-    registry = plugin_set.registry(extra)
-    timings = {"plugins": time.perf_counter() - start}
-    model = converter.convert(
+    result = convert(
         fn,
         inputs,
-        plugin_set=plugin_set,
-        registry=registry,
-        input_params=input_params,
-        model_name=model_name,
-        opset=opset,
+        input_params,
+        model_name,
+        opset,
         enable_double_precision=enable_double_precision,
-        input_names=input_names,
-        output_names=output_names,
+        record_primitive_calls_file=record_primitive_calls_file,
         inputs_as_nchw=inputs_as_nchw,
         outputs_as_nchw=outputs_as_nchw,
-        record_primitive_calls_file=record_primitive_calls_file,
-        timings=timings,
+        input_names=input_names,
+        output_names=output_names,
+        extra_rules=extra_rules,
     )
     start = time.perf_counter()
     if mode == "ir":
-        result = model
+        output = result.model
     elif mode == "file":
-        result = serialize.save(model, output_path, external_data=external_data)
+        output = serialize.save(result.model, output_path, external_data=external_data)
     else:
-        result = serialize.to_proto(model)
-    timings["serialize"] = time.perf_counter() - start
+        output = serialize.to_proto(result.model)
     if logger.isEnabledFor(logging.DEBUG):
+        timings = {**result.report.timings, "serialize": time.perf_counter() - start}
         steps = ", ".join(f"{step} {seconds:.3f} s" for step, seconds in timings.items())
-        logger.debug(
-            "converted %r: %s", model_name, steps, extra={"jax2onnx_timings": dict(timings)}
-        )
-    return result
+        logger.debug("converted %r: %s", model_name, steps, extra={"jax2onnx_timings": timings})
+    return output
 
 
 def traced_callable(
@@ -134,11 +181,9 @@ def traced_callable(
     makes, e.g. an inference-mode copy of the module. Compare an exported
     model against this, not against the training-mode module.
     """
-    config = {
-        "input_params": dict(input_params or {}),
-        "opset": opset,
-        "enable_double_precision": False,
-    }
+    from jax2onnx.prepare import PrepareConfig
+
+    config = PrepareConfig(input_params=dict(input_params or {}), opset=opset)
     prepared = _plugins().prepare(fn, config)
     return prepared.fn if prepared is not None else fn
 

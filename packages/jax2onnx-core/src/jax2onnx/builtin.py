@@ -18,9 +18,9 @@ from jax.custom_batching import custom_vmap
 from jax2onnx.cases import case
 from jax2onnx.functions import onnx_function
 from jax2onnx.hookspecs import hookimpl
-from jax2onnx.rules import Rules
+from jax2onnx.rules import Family, Rules
 
-rules = Rules("core")
+family = Family("core")
 
 
 @jax.custom_jvp
@@ -45,7 +45,7 @@ def _closed_call(fn, *args):
     return eval_jaxpr_p.bind(*args, jaxpr=jax.make_jaxpr(fn)(*args))[0]
 
 
-@rules.lowering(
+@family.lowering(
     "jit",
     "pjit",
     cases=[case("nested_jit", lambda x: jax.jit(lambda y: jnp.tanh(y) * 2.0)(x), [("B", 4)])],
@@ -55,7 +55,7 @@ def jit(ctx, *args, jaxpr, **_):
     return ctx.inline(jaxpr, args)
 
 
-@rules.lowering(
+@family.lowering(
     "closed_call",
     "core_call",
     cases=[case("closed_call", lambda x: _closed_call(lambda y: jnp.tanh(y) + 1.0, x), [("B", 3)])],
@@ -65,7 +65,7 @@ def closed_call(ctx, *args, call_jaxpr, **_):
     return ctx.inline(call_jaxpr, args)
 
 
-@rules.lowering(
+@family.lowering(
     "remat2",
     "checkpoint",
     cases=[case("checkpoint", lambda x: jax.checkpoint(lambda y: y * y)(x), [(2, 3)])],
@@ -75,7 +75,7 @@ def remat(ctx, *args, jaxpr, **_):
     return ctx.inline(jaxpr, args)
 
 
-@rules.lowering(
+@family.lowering(
     "custom_jvp_call",
     cases=[
         case("custom_jvp", _softplus, [("B", 3)]),
@@ -87,7 +87,7 @@ def custom_jvp_call(ctx, *args, call_jaxpr, **_):
     return ctx.inline(call_jaxpr, args)
 
 
-@rules.lowering(
+@family.lowering(
     "custom_vjp_call",
     cases=[
         case("custom_vjp", _doubled, [(5,)]),
@@ -107,7 +107,7 @@ def _single_device_shard_map():
     return jax.shard_map(body, mesh=mesh, in_specs=PartitionSpec(), out_specs=PartitionSpec())
 
 
-@rules.lowering(
+@family.lowering(
     "shard_map",
     cases=[case("single_device", _single_device_shard_map, [("B", 3)], factory=True)],
 )
@@ -145,7 +145,7 @@ def _composite_gelu(x):
     return jax.lax.composite(body, name="my.gelu")(x)
 
 
-@rules.lowering(
+@family.lowering(
     "composite",
     cases=[case("composite", _composite_gelu, [("B", 3)], expect=["Tanh:Bx3 -> Add -> Mul:Bx3"])],
 )
@@ -154,7 +154,7 @@ def composite(ctx, *args, jaxpr, **_):
     return ctx.inline(jaxpr, args)
 
 
-@rules.lowering(
+@family.lowering(
     "custom_vmap_call",
     cases=[case("custom_vmap", _vmapped_sin, [("B", 3)], expect=["Sin:Bx3"])],
 )
@@ -163,7 +163,7 @@ def custom_vmap_call(ctx, *args, call, **_):
     return ctx.inline(call, args)
 
 
-@rules.lowering(
+@family.lowering(
     "remat_opt",
     cases=[
         case(
@@ -198,7 +198,7 @@ def _callback_in_scan(xs):
 _ONLY_MUL = {"Mul": 1, "Identity": 0, "Reshape": 0}
 
 
-@rules.lowering(
+@family.lowering(
     "debug_print",
     "debug_callback",
     cases=[
@@ -254,7 +254,7 @@ def _checkpoint_named(x):
     return checkpoint_name(x * 2.0, "scaled")
 
 
-@rules.lowering(
+@family.lowering(
     "sharding_constraint",
     "reshard",
     "layout_constraint",
@@ -270,12 +270,12 @@ def passthrough(ctx, *args, **_):
     return list(args)
 
 
-rules.add_cases("reshard", [case("reshard", _resharded, [("B", 3)], factory=True)])
-rules.add_cases(
+family.add_cases("reshard", [case("reshard", _resharded, [("B", 3)], factory=True)])
+family.add_cases(
     "layout_constraint",
     [case("layout_constraint", jax.jit(_layout_constrained), [("B", 3)], counts=_ONLY_MUL)],
 )
-rules.add_cases("name", [case("checkpoint_name", _checkpoint_named, [("B", 3)], counts=_ONLY_MUL)])
+family.add_cases("name", [case("checkpoint_name", _checkpoint_named, [("B", 3)], counts=_ONLY_MUL)])
 
 
 def _cpu_or_default(x):
@@ -286,7 +286,7 @@ def _tpu_or_default(x):
     return jax.lax.platform_dependent(x, tpu=jnp.sin, cuda=jnp.tanh, default=jnp.cos)
 
 
-@rules.lowering(
+@family.lowering(
     "platform_index",
     cases=[
         case("cpu_branch", _cpu_or_default, [("B", 3)], expect=["Sin"], counts={"If": 0}),
@@ -367,7 +367,7 @@ def _psum_two_axes():
     )
 
 
-@rules.lowering(
+@family.lowering(
     "psum",
     "psum_invariant",
     "pmax",
@@ -388,7 +388,7 @@ def one_device_reduction(ctx, *args, **params):
     return list(args)
 
 
-rules.add_cases(
+family.add_cases(
     "pmax",
     [
         case(
@@ -406,7 +406,7 @@ rules.add_cases(
         ),
     ],
 )
-rules.add_cases(
+family.add_cases(
     "pvary",
     [case("pvary", _replicated_plus_sharded, [("B", 3), ("B", 3)], factory=True)],
 )
@@ -432,7 +432,7 @@ def _all_to_all():
     return _one_device(lambda a: jax.lax.all_to_all(a[None] * 2.0, "x", 0, 2).sum(0))
 
 
-@rules.lowering(
+@family.lowering(
     "all_gather",
     "reduce_scatter",
     "all_to_all",
@@ -452,21 +452,21 @@ def one_device_gather(ctx, x, **params):
     return ctx.op.Reshape(x, ctx.shape(shape))
 
 
-rules.add_cases(
+family.add_cases(
     "reduce_scatter",
     [
         case("psum_scatter", _scattered(False), [("B", 3)], factory=True),
         case("psum_scatter_tiled", _scattered(True), [("B", 3)], factory=True),
     ],
 )
-rules.add_cases("all_to_all", [case("all_to_all", _all_to_all, [("B", 3)], factory=True)])
+family.add_cases("all_to_all", [case("all_to_all", _all_to_all, [("B", 3)], factory=True)])
 
 
 def _permuted(perm):
     return lambda: _one_device(lambda a: jax.lax.ppermute(a * 2.0, "x", perm) + a)
 
 
-@rules.lowering(
+@family.lowering(
     "ppermute",
     cases=[
         case("ppermute_self", _permuted([(0, 0)]), [("B", 3)], factory=True),
@@ -487,18 +487,13 @@ def _indexed(x):
     return x + jax.lax.axis_index("x")
 
 
-@rules.lowering(
+@family.lowering(
     "axis_index",
     cases=[case("axis_index", lambda: _one_device(_indexed), [("B", 3)], factory=True)],
 )
 def axis_index(ctx, **_):
     """The device's index along a mesh axis of one device: 0."""
     return ctx.const(np.zeros((), dtype=ctx.avals_out[0].dtype))
-
-
-@hookimpl
-def jax2onnx_rules() -> Rules:
-    return rules
 
 
 def _function_key(body, op_type, domain, instance):
@@ -513,7 +508,7 @@ def _scaled_tanh(x, w):
 _W = np.linspace(-1.0, 1.0, 16, dtype=np.float32).reshape(4, 4)
 
 
-@rules.lowering(
+@family.lowering(
     "onnx_function",
     cases=[
         case(
@@ -533,7 +528,7 @@ def onnx_function_call(ctx, *args, body, op_type, domain, instance, n_params):
     """
     import onnx_ir as ir
 
-    from jax2onnx.lowering import GraphScope, finish_outputs
+    from jax2onnx.lowering import GraphScope
 
     conversion = ctx.scope.conversion
     key = _function_key(body, op_type, domain, instance)
@@ -557,7 +552,7 @@ def onnx_function_call(ctx, *args, body, op_type, domain, instance, n_params):
             for i, aval in enumerate(body.in_avals)
         ]
         outs = scope.lower_jaxpr(body, inputs)
-        outs = finish_outputs(scope, outs, body.out_avals, [f"out_{i}" for i in range(len(outs))])
+        outs = scope.finish_outputs(outs, body.out_avals, [f"out_{i}" for i in range(len(outs))])
         imports = {"": conversion.opset}
         nested = {node.domain for node in scope.nodes} - {"", "ai.onnx"}
         imports.update(dict.fromkeys(nested, 1))
@@ -566,3 +561,10 @@ def onnx_function_call(ctx, *args, body, op_type, domain, instance, n_params):
         conversion.functions[key] = function
     outs = getattr(ctx.op, function.name)(*args, _domain=domain, _outputs=len(body.out_avals))
     return list(outs) if isinstance(outs, tuple) else [outs]
+
+
+@hookimpl
+def jax2onnx_rules() -> Rules:
+    rules = Rules("core")
+    family.register(rules)
+    return rules

@@ -14,6 +14,9 @@ converted when ``--factory`` is given, or, by default, when ``ATTR`` cannot
 accept the given inputs (and ``--input-param`` keywords) but can be called with
 no arguments at all. ``--no-factory`` converts ``ATTR`` as it is.
 
+Plugins add commands through the ``jax2onnx_commands`` hook (jax2onnx-testkit
+adds ``jax2onnx coverage``).
+
 Usage errors (a malformed ``--input``, an unknown module or attribute, an
 argument ``to_onnx`` rejects) exit with status 2 and a one-line message;
 conversion failures exit with status 1. ``--traceback`` re-raises instead.
@@ -34,15 +37,13 @@ import sys
 from collections.abc import Sequence
 from typing import Any, TextIO
 
+from jax2onnx.errors import UsageError
+
 EXIT_OK = 0
 EXIT_FAILED = 1
 EXIT_USAGE = 2
 
 _HISTOGRAM_TOP = 10
-
-
-class UsageError(Exception):
-    """A problem with what the user asked for (exit status 2)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -222,24 +223,6 @@ def cmd_plugins(args: argparse.Namespace, out: TextIO) -> int:
     return EXIT_OK
 
 
-def cmd_coverage(args: argparse.Namespace, out: TextIO) -> int:
-    try:
-        from jax2onnx_testkit.coverage import coverage, render
-    except ImportError as err:
-        raise UsageError(
-            "jax2onnx coverage converts every case and needs jax2onnx-testkit: "
-            "pip install jax2onnx-testkit"
-        ) from err
-    out.write(render(coverage(args.plugin or None), markdown=args.markdown))
-    return EXIT_OK
-
-
-def _shape_text(shape: Any) -> str:
-    if shape is None:
-        return "?"
-    return "[" + ", ".join(str(d) for d in shape) + "]"
-
-
 def _type_text(type_proto: Any) -> str:
     import onnx
 
@@ -317,7 +300,8 @@ def cmd_convert(args: argparse.Namespace, out: TextIO) -> int:
 # -- entry point -------------------------------------------------------------
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(plugin_set: Any = None) -> argparse.ArgumentParser:
+    """The command line parser; ``plugin_set``'s plugins add their own subcommands."""
     parser = argparse.ArgumentParser(
         prog="jax2onnx", description="Convert JAX functions and models to ONNX."
     )
@@ -329,15 +313,6 @@ def build_parser() -> argparse.ArgumentParser:
 
     plugins = commands.add_parser("plugins", help="list loaded plugins and load failures")
     plugins.set_defaults(run=cmd_plugins)
-
-    cover = commands.add_parser(
-        "coverage",
-        help="each lowered primitive with its ONNX ops, dtypes and case count",
-        description="Converts every case once to see which ONNX ops each rule emits.",
-    )
-    cover.add_argument("--plugin", action="append", help="only this plugin (repeatable)")
-    cover.add_argument("--markdown", action="store_true", help="the docs/coverage.md form")
-    cover.set_defaults(run=cmd_coverage)
 
     convert = commands.add_parser(
         "convert",
@@ -383,6 +358,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     convert.add_argument("-o", "--output", required=True, help="the .onnx file to write")
     convert.set_defaults(run=cmd_convert)
+    if plugin_set is not None:
+        plugin_set.add_commands(commands)  # e.g. ``coverage`` from jax2onnx-testkit
     return parser
 
 
@@ -394,7 +371,9 @@ def _one_line(err: BaseException) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the exit status."""
-    parser = build_parser()
+    import jax2onnx
+
+    parser = build_parser(jax2onnx.plugins())
     try:
         args = parser.parse_args(argv)
     except SystemExit as exit_:  # argparse reports usage errors itself (status 2)

@@ -6,7 +6,7 @@ onnx_ir is imported on first use: importing it pulls in sympy, which
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -23,3 +23,18 @@ def onnx_dtype(dtype) -> ir.DataType:
         return ir.DataType.from_numpy(dtype)
     except (TypeError, ValueError) as err:
         raise TypeError(f"dtype {dtype} has no ONNX equivalent") from err
+
+
+def exact_cast(array: np.ndarray, dtype: Any) -> np.ndarray | None:
+    """``array`` cast to ``dtype`` at conversion time, when NumPy's result is ONNX Runtime's.
+
+    ``None`` where the runtime defines the result itself: float -> integer
+    (NaN and out-of-range values) and anything -> bfloat16 (rounding mode).
+    """
+    dtype = np.dtype(dtype)
+    source = array.dtype
+    if dtype.kind not in "biuf" or source.kind not in "biuf" or dtype.name == "bfloat16":
+        return None
+    if source.name == "bfloat16" or (source.kind == "f" and dtype.kind != "f"):
+        return None
+    return array.astype(dtype)

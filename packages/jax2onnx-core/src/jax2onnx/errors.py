@@ -25,3 +25,7 @@ class PluginLoadError(Jax2OnnxError):
 
 class NonDifferentiableError(Jax2OnnxError, TypeError):
     """``jax.grad`` reached a macro primitive that is non-differentiable by design."""
+
+
+class UsageError(Jax2OnnxError):
+    """A problem with what a command-line user asked for (exit status 2)."""

@@ -6,8 +6,10 @@ entry point's name is the distribution name without ``jax2onnx-``::
     [project.entry-points.jax2onnx]
     myops = "jax2onnx_myops.plugin"
 
-The module implements one or both hooks below, each marked with
-:data:`jax2onnx.plugin.hookimpl`. Importing the module must be cheap: no Flax,
+The module implements any of the hooks below, each marked with
+:data:`jax2onnx.plugin.hookimpl`. Plugins load on first use: the first
+``to_onnx`` call, ``jax2onnx.plugins()`` or a ``jax2onnx`` command, not at
+``import jax2onnx``. Importing a plugin module must be cheap: no Flax,
 Equinox or ONNX Runtime at top level.
 """
 
@@ -18,7 +20,10 @@ from typing import TYPE_CHECKING, Any
 import pluggy
 
 if TYPE_CHECKING:
-    from jax2onnx.rules import Rules
+    import argparse
+
+    from jax2onnx.prepare import PrepareConfig
+    from jax2onnx.rules import Prepared, Rules
 
 PROJECT = "jax2onnx"
 
@@ -28,22 +33,37 @@ hookimpl = pluggy.HookimplMarker(PROJECT)
 
 @hookspec
 def jax2onnx_rules() -> Rules:
-    """Return the plugin's :class:`~jax2onnx.plugin.Rules`.
+    """Return a new :class:`~jax2onnx.plugin.Rules` holding the plugin's lowerings.
 
-    Called once per plugin when the plugin set loads (at ``import jax2onnx``
-    for the default set). Every plugin's result is kept; two plugins lowering
-    one primitive is an error unless one of them registered it with
-    ``override=True``.
+    Called once per plugin each time a plugin set loads (once per process for
+    the default set). Build a fresh ``Rules`` on every call (``Rules("myops")``
+    and each family module's ``register(rules)``); the loader freezes it.
+    Every plugin's result is kept; two plugins lowering one primitive is an
+    error unless one of them registered it with ``override=True``. A plugin
+    whose hook raises is recorded as failed and the others still load.
     """
 
 
 @hookspec(firstresult=True)
-def jax2onnx_prepare(fn: Any, config: dict[str, Any]) -> Any:
+def jax2onnx_prepare(fn: Any, config: PrepareConfig) -> Prepared | None:
     """Turn a stateful object into something ``jax.make_jaxpr`` can trace.
 
-    Called by ``to_onnx`` before tracing with the object the user passed and
-    a dict of conversion settings (``input_params``, ``opset``,
-    ``enable_double_precision``). Return ``None`` when the object is not yours;
-    otherwise return a :class:`jax2onnx.plugin.Prepared` (a pure callable
-    plus the constants it closes over). The first non-``None`` result wins.
+    Called by ``to_onnx`` (and ``traced_callable``) before tracing, with the
+    object the user passed and the conversion's
+    :class:`~jax2onnx.plugin.PrepareConfig`. Return ``None`` when the object
+    is not yours; otherwise a :class:`~jax2onnx.plugin.Prepared` (a pure
+    callable whose closed-over arrays become initializers). The first
+    non-``None`` result wins. Must not change the user's object.
+    """
+
+
+@hookspec
+def jax2onnx_commands(commands: argparse._SubParsersAction) -> None:
+    """Add subcommands to the ``jax2onnx`` command line.
+
+    Called when the command line starts, with the ``add_subparsers`` result of
+    its parser. Add a parser per command and give it a ``run`` default,
+    ``run(args, out) -> int`` (the exit status; ``out`` is the text stream to
+    print to). Raise :class:`jax2onnx.plugin.UsageError` for a problem with
+    what the user asked (exit status 2).
     """

@@ -2,7 +2,7 @@
 
 ONNX has no key type: a key array is stored as its key data, what
 ``jax.random.key_data`` gives (uint32 with the key shape appended). The core maps
-key avals, constants and graph inputs/outputs with :func:`physical`; rules of key
+key avals, constants and graph inputs/outputs with `physical`; rules of key
 primitives (``random_bits`` ...) work on the key data.
 
 Besides those primitives, JAX lets only layout operations touch key arrays
@@ -49,9 +49,10 @@ def physical(dtype: Any, shape: Any) -> tuple[Any, tuple[Any, ...]]:
     return element.dtype, (*shape, *element.shape)
 
 
-def on_key_data(eqn: Any) -> Any:
-    """For a layout equation on key arrays, the same primitive on their key data (a
-    ClosedJaxpr over the equation's inputs as stored); ``None`` for any other equation."""
+def on_key_data(eqn: Any) -> tuple[Any, list[Any]] | None:
+    """For a layout equation on key arrays, the same primitive on their key data: a
+    function and the specs of the equation's inputs as stored, to trace; ``None`` for
+    any other equation."""
     if eqn.primitive.name not in _LAYOUT:
         return None
     if not eqn.outvars or not all(is_extended(v.aval.dtype) for v in eqn.outvars):
@@ -72,4 +73,4 @@ def on_key_data(eqn: Any) -> Any:
     specs = [
         jax.ShapeDtypeStruct(*reversed(physical(v.aval.dtype, v.aval.shape))) for v in eqn.invars
     ]
-    return jax.make_jaxpr(fn)(*specs)
+    return fn, specs

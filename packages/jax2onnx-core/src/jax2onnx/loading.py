@@ -19,13 +19,17 @@ import traceback
 import warnings
 from collections.abc import Iterable, Mapping, Sequence
 from types import ModuleType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pluggy
 
 from jax2onnx import hookspecs
 from jax2onnx.errors import PluginLoadError
-from jax2onnx.rules import Rules
+from jax2onnx.rules import Prepared, Rules
+
+if TYPE_CHECKING:
+    from jax2onnx.prepare import PrepareConfig
+    from jax2onnx.registry import Registry
 
 ENTRY_POINT_GROUP = "jax2onnx"
 CORE_PLUGIN = "core"
@@ -133,37 +137,52 @@ class PluginSet:
 
         plugins: list[PluginInfo] = []
         for name, dist, version, module in modules:
-            rules = None
-            if hasattr(module, "jax2onnx_rules"):
-                try:
-                    rules = module.jax2onnx_rules()
-                    if not isinstance(rules, Rules):
-                        raise TypeError(
-                            f"jax2onnx_rules() returned {type(rules).__name__}, not Rules"
-                        )
-                except Exception as err:
-                    manager.unregister(module)
-                    failures.append(_failure(name, dist, version, err, strict))
-                    continue
+            try:
+                rules = _rules_of(manager, name, module)
+            except Exception as err:
+                manager.unregister(module)
+                failures.append(_failure(name, dist, version, err, strict))
+                continue
             plugins.append(PluginInfo(name, dist, version, module.__name__, rules))
         return cls(manager, plugins, failures)
 
     def rules(self) -> list[Rules]:
         return [p.rules for p in self.plugins if p.rules is not None]
 
-    def registry(self, extra_rules: Sequence[Rules] = ()) -> Any:
+    def registry(self, extra_rules: Sequence[Rules] = ()) -> Registry:
         """The merged registry of every plugin's rules (plus ``extra_rules``)."""
         from jax2onnx.registry import Registry
 
         if extra_rules:
-            return Registry([*self.rules(), *extra_rules], self)
+            return Registry([*self.rules(), *(r.freeze() for r in extra_rules)])
         if self._registry is None:
-            self._registry = Registry(self.rules(), self)
+            self._registry = Registry(self.rules())
         return self._registry
 
-    def prepare(self, fn: Any, config: dict[str, Any]) -> Any:
+    def prepare(self, fn: Any, config: PrepareConfig) -> Prepared | None:
         """The first ``jax2onnx_prepare`` result for ``fn``, or ``None``."""
         return self._manager.hook.jax2onnx_prepare(fn=fn, config=config)
+
+    def add_commands(self, commands: Any) -> None:
+        """Let every plugin add its ``jax2onnx`` subcommands."""
+        self._manager.hook.jax2onnx_commands(commands=commands)
+
+
+def _rules_of(manager: pluggy.PluginManager, name: str, module: ModuleType) -> Rules | None:
+    """The plugin's frozen rules, from its own ``jax2onnx_rules`` hook (called through pluggy)."""
+    if not hasattr(module, "jax2onnx_rules"):
+        return None
+    others = [p for p in manager.get_plugins() if p is not module]
+    results = manager.subset_hook_caller("jax2onnx_rules", remove_plugins=others)()
+    (rules,) = results
+    if not isinstance(rules, Rules):
+        raise TypeError(f"jax2onnx_rules() returned {type(rules).__name__}, not Rules")
+    if rules.name != name and name != CORE_PLUGIN:
+        raise ValueError(
+            f"entry point {name!r} returned Rules({rules.name!r}); name the Rules after the "
+            "entry point (the distribution name without 'jax2onnx-')"
+        )
+    return rules.freeze()
 
 
 def _version(distribution: str) -> str:

@@ -15,9 +15,9 @@ from typing import Any
 import jax
 import numpy as np
 from jax._src import core as jax_core
-from jax._src import source_info_util
 
 from jax2onnx._ir import ir
+from jax2onnx.context import UNKNOWN_SOURCE, LoweringContext, source_line
 from jax2onnx.dims import DimValue, is_symbolic
 from jax2onnx.dtypes import onnx_dtype
 from jax2onnx.errors import Jax2OnnxError, LoweringError
@@ -44,37 +44,19 @@ _BOOL_OUT = frozenset(
 )
 
 
-UNKNOWN_SOURCE = "<unknown source>"
-
-
-def source_line(eqn: Any, enclosing: str = UNKNOWN_SOURCE) -> str:
-    """The user's source line an equation came from, as ``file:line (function)``.
-
-    Equations traced inside library code (the body of ``jnp.linalg.solve``,
-    of ``jax.random.normal`` ...) carry no frame of the user's; they get
-    ``enclosing``, the line of the user's call that contains them.
-    """
-    try:
-        line = source_info_util.summarize(eqn.source_info)
-    except Exception:  # pragma: no cover - source info is best effort
-        line = ""
-    return line or enclosing
-
-
 def ir_shape(shape: Sequence[Any]) -> ir.Shape:
     return ir.Shape([d if isinstance(d, int) else ir.SymbolicDim(str(d)) for d in shape])
 
 
 class Conversion:
-    """State shared by every graph of one ``to_onnx`` call."""
+    """State shared by every graph of one conversion: the rules, the opset, what was emitted."""
 
-    def __init__(
-        self, registry: Registry, opset: int, emitted: dict[str, set[str]] | None = None
-    ) -> None:
+    def __init__(self, registry: Registry, opset: int, plugin_set: Any = None) -> None:
         self.registry = registry
         self.opset = opset
+        self.plugin_set = plugin_set
         self.counter = 0
-        self.emitted = emitted  # primitive name -> ONNX op types its rule emitted
+        self.emitted: dict[str, set[str]] = {}  # primitive name -> ONNX op types its rule emitted
         self.current: str | None = None
         self.source = UNKNOWN_SOURCE  # the user's line of the equation being lowered
         # ONNX functions made by @onnx_function calls, by body structure
@@ -83,6 +65,12 @@ class Conversion:
     def fresh(self, prefix: str) -> str:
         self.counter += 1
         return f"{prefix}_{self.counter}"
+
+    def retrace(self, fn: Callable[..., Any], specs: Sequence[Any]) -> Any:
+        """``fn`` traced on ``specs`` while lowering, checked for missing lowerings."""
+        from jax2onnx.tracing import retrace
+
+        return retrace(fn, specs, self.registry, self.plugin_set, self.source)
 
 
 class GraphScope:
@@ -105,6 +93,10 @@ class GraphScope:
         self.symbol_sources: dict[str, tuple[ir.Value, int]] = {}
         self._consts: dict[Any, ir.Value] = {}
         self._dims: dict[str, ir.Value] = {}
+
+    def child(self) -> GraphScope:
+        """A nested graph's scope (an If/Loop/Scan body) that sees this scope's values."""
+        return GraphScope(self.conversion, self)
 
     @property
     def root(self) -> GraphScope:
@@ -138,7 +130,7 @@ class GraphScope:
         )
         dtype = _result_dtype(op_type, domain, inputs, attributes)
         conversion = self.conversion
-        if conversion.emitted is not None and conversion.current is not None:
+        if conversion.current is not None:
             conversion.emitted.setdefault(conversion.current, set()).add(op_type)
         for out in node.outputs:
             out.name = self.conversion.fresh(op_type.lower())
@@ -289,16 +281,20 @@ class GraphScope:
         inputs = [self._read(env, v) for v in eqn.invars]
         key_data = on_key_data(eqn)
         if key_data is not None:  # a layout op on key arrays: the same op on their key data
-            for var, value in zip(eqn.outvars, self.lower_jaxpr(key_data, inputs)):
+            closed = conversion.retrace(*key_data)
+            for var, value in zip(eqn.outvars, self.lower_jaxpr(closed, inputs)):
                 if not isinstance(var, jax_core.DropVar):
                     env[var] = value
             return
-        ctx = LoweringContext(self, eqn)
+        ctx = LoweringContext(self, eqn, inputs)
+        rule = lowering.fn
+        if lowering.native_dtypes is not None and not _native(eqn, lowering.native_dtypes):
+            rule = _fall_back
         outer, conversion.current = conversion.current, name
         outer_source = conversion.source
         conversion.source = source_line(eqn, outer_source)
         try:
-            result = lowering.fn(ctx, *inputs, **eqn.params)
+            result = rule(ctx, *inputs, **eqn.params)
         except Jax2OnnxError:
             raise
         except Exception as err:
@@ -316,6 +312,42 @@ class GraphScope:
                 continue
             stamp(value, var.aval, name, lowering)
             env[var] = value
+
+    def finish_outputs(
+        self,
+        outputs: Sequence[ir.Value],
+        avals: Sequence[Any] | None = None,
+        names: Sequence[str] | None = None,
+    ) -> list[ir.Value]:
+        """Graph outputs must be distinct, node-produced values of this graph."""
+        produced = {id(out) for node in self.nodes for out in node.outputs}
+        result: list[ir.Value] = []
+        seen: set[int] = set()
+        for i, value in enumerate(outputs):
+            if id(value) in seen or id(value) not in produced:
+                (copy,) = self.add_node("Identity", [value], {})
+                copy.dtype, copy.shape = value.dtype, value.shape
+                value = copy
+            seen.add(id(value))
+            if avals is not None:
+                stamp(value, avals[i], "output")
+            if names is not None:
+                value.name = names[i]
+            result.append(value)
+        return result
+
+
+def _native(eqn: Any, dtypes: frozenset[np.dtype]) -> bool:
+    """Whether every input of ``eqn`` has one of ``dtypes``."""
+    for var in eqn.invars:
+        dtype = var.aval.dtype
+        if is_extended(dtype) or np.dtype(dtype) not in dtypes:
+            return False
+    return True
+
+
+def _fall_back(ctx: LoweringContext, *inputs: ir.Value, **params: Any) -> Any:
+    return ctx.fallback(*inputs, **params)
 
 
 def _result_dtype(op_type, domain, inputs, attributes) -> ir.DataType | None:
@@ -378,179 +410,41 @@ def _no_lowering_at_opset(registry: Registry, name: str, opset: int, where: str)
     )
 
 
-class OpBuilder:
-    """``ctx.op.<OpType>(*inputs, **attributes)`` emits one ONNX node.
+def lower(
+    closed: Any,
+    inputs: Sequence[tuple[str, Any]],
+    outputs: Sequence[str],
+    *,
+    registry: Registry,
+    plugin_set: Any,
+    opset: int,
+    model_name: str,
+    ir_version: int,
+    producer_version: str,
+) -> tuple[ir.Model, dict[str, set[str]]]:
+    """The ONNX model of ``closed``: graph inputs ``(name, spec)``, outputs named ``outputs``.
 
-    Inputs may be ``onnx_ir`` values, ``None`` (an omitted optional input),
-    or Python/NumPy numbers and arrays, which become constants with the dtype
-    of the node's first value input (or their own dtype for NumPy data).
-    Special keywords: ``_outputs`` (number of outputs, default 1),
-    ``_domain`` and ``_version``.
+    Returns the model and, per primitive, the ONNX op types its rule emitted.
     """
-
-    def __init__(self, scope: GraphScope) -> None:
-        self._scope = scope
-
-    def __getattr__(self, op_type: str) -> Callable[..., Any]:
-        if op_type.startswith("_"):
-            raise AttributeError(op_type)
-
-        def emit(*inputs: Any, _outputs: int = 1, _domain: str = "", _version=None, **attrs):
-            values = self._promote(inputs)
-            outs = self._scope.add_node(
-                op_type, values, attrs, num_outputs=_outputs, domain=_domain, version=_version
-            )
-            return outs[0] if _outputs == 1 else tuple(outs)
-
-        emit.__name__ = op_type
-        return emit
-
-    def _promote(self, inputs: Sequence[Any]) -> list[ir.Value | None]:
-        like = next((v.dtype for v in inputs if isinstance(v, ir.Value) and v.dtype), None)
-        out: list[ir.Value | None] = []
-        for value in inputs:
-            if value is None or isinstance(value, ir.Value):
-                out.append(value)
-            elif isinstance(value, (np.ndarray, np.generic)):
-                out.append(self._scope.const(value))
-            elif isinstance(value, (bool, int, float)):
-                dtype = like.numpy() if like is not None else None
-                out.append(self._scope.const(np.asarray(value, dtype=dtype), dtype))
-            else:
-                out.append(self._scope.const(np.asarray(value)))
-        return out
-
-
-class LoweringContext:
-    """What a lowering rule sees for one equation (see the plugin guide)."""
-
-    def __init__(self, scope: GraphScope, eqn: Any = None) -> None:
-        self.scope = scope
-        self.eqn = eqn
-        self.op = OpBuilder(scope)
-
-    @property
-    def opset(self) -> int:
-        return self.scope.conversion.opset
-
-    @property
-    def avals_in(self) -> list[Any]:
-        return [v.aval for v in self.eqn.invars]
-
-    @property
-    def avals_out(self) -> list[Any]:
-        return [v.aval for v in self.eqn.outvars]
-
-    @property
-    def source(self) -> str:
-        if self.eqn is None:
-            return UNKNOWN_SOURCE
-        return source_line(self.eqn, self.scope.conversion.source)
-
-    def const(self, value: Any, dtype: Any = None) -> ir.Value:
-        return self.scope.const(value, dtype)
-
-    def dim(self, d: Any) -> ir.Value:
-        try:
-            return self.scope.dim(d)
-        except Exception as err:
-            raise self.error(f"cannot compute dimension {d} as an ONNX value: {err}") from err
-
-    def shape(self, dims: Sequence[Any]) -> ir.Value:
-        try:
-            return self.scope.shape(dims)
-        except Exception as err:
-            shown = "(" + ", ".join(str(d) for d in dims) + ")"
-            raise self.error(f"cannot compute shape {shown} as an ONNX value: {err}") from err
-
-    def inline(self, closed: Any, inputs: Sequence[ir.Value]) -> list[ir.Value]:
-        """Lower a sub-jaxpr into the current graph and return its outputs."""
-        return self.scope.lower_jaxpr(closed, inputs)
-
-    def decompose(self, fn: Callable[..., Any], *inputs: ir.Value, **params: Any) -> Any:
-        """Inline JAX's own computation ``fn(*inputs, **params)`` into this graph.
-
-        ``fn`` is traced on the avals of this equation's inputs and the result is
-        lowered by the loaded rules: the fallback for dtypes or forms a rule's
-        single ONNX op does not cover, with exactly JAX's numbers.
-        """
-        import functools
-
-        specs = [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in self.avals_in[: len(inputs)]]
-        closed = jax.make_jaxpr(functools.partial(fn, **params))(*specs)
-        outs = self.inline(closed, list(inputs))
-        return outs[0] if len(outs) == 1 else outs
-
-    def subgraph(self, name: str) -> SubgraphBuilder:
-        """Start a nested graph (an If/Loop/Scan body) that sees this scope's values."""
-        return SubgraphBuilder(GraphScope(self.scope.conversion, self.scope), name)
-
-    def error(self, message: str) -> LoweringError:
-        """An error naming this equation's primitive and the user's source line."""
-        name = self.eqn.primitive.name if self.eqn is not None else "?"
-        return LoweringError(f"{name} at {self.source}: {message}")
-
-
-class SubgraphBuilder:
-    """Builds one nested ONNX graph: add inputs, lower into it, finish with outputs."""
-
-    def __init__(self, scope: GraphScope, name: str) -> None:
-        self.scope = scope
-        self.name = name
-        self.ctx = LoweringContext(scope)
-        self.op = self.ctx.op
-
-    def add_input(self, dtype: Any, shape: Sequence[Any] = ()) -> ir.Value:
-        return self.scope.add_input(self.scope.conversion.fresh(f"{self.name}_in"), dtype, shape)
-
-    def inline(self, closed: Any, inputs: Sequence[ir.Value]) -> list[ir.Value]:
-        return self.scope.lower_jaxpr(closed, inputs)
-
-    def finish(self, outputs: Sequence[ir.Value], avals: Sequence[Any] | None = None) -> ir.Graph:
-        """The finished graph; every output gets its own value (Identity where shared)."""
-        outs = finish_outputs(self.scope, outputs, avals)
-        return ir.Graph(
-            self.scope.inputs,
-            outs,
-            nodes=self.scope.nodes,
-            initializers=self.scope.initializers,
-            name=self.name,
-        )
-
-
-def finish_outputs(
-    scope: GraphScope,
-    outputs: Sequence[ir.Value],
-    avals: Sequence[Any] | None = None,
-    names: Sequence[str] | None = None,
-) -> list[ir.Value]:
-    """Graph outputs must be distinct, node-produced values of this graph."""
-    produced = {id(out) for node in scope.nodes for out in node.outputs}
-    result: list[ir.Value] = []
-    seen: set[int] = set()
-    for i, value in enumerate(outputs):
-        if id(value) in seen or id(value) not in produced:
-            (copy,) = scope.add_node("Identity", [value], {})
-            copy.dtype, copy.shape = value.dtype, value.shape
-            value = copy
-        seen.add(id(value))
-        if avals is not None:
-            stamp(value, avals[i], "output")
-        if names is not None:
-            value.name = names[i]
-        result.append(value)
-    return result
-
-
-def iter_equations(jaxpr: Any, enclosing: str = UNKNOWN_SOURCE):
-    """Yield ``(eqn, user source line)`` for every equation, nested ones included.
-
-    A nested equation without a user frame of its own gets the line of the
-    equation whose jaxpr holds it.
-    """
-    jaxpr = getattr(jaxpr, "jaxpr", jaxpr)
-    for eqn in jaxpr.eqns:
-        line = source_line(eqn, enclosing)
-        yield eqn, line
-        for sub in jax_core.jaxprs_in_params(eqn.params):
-            yield from iter_equations(sub, line)
+    conversion = Conversion(registry, opset, plugin_set)
+    scope = GraphScope(conversion)
+    values = [scope.add_input(name, spec.dtype, spec.shape) for name, spec in inputs]
+    outs = scope.lower_jaxpr(closed, values)
+    avals = [v.aval for v in closed.jaxpr.outvars]
+    results = scope.finish_outputs(outs, avals, outputs)
+    graph = ir.Graph(
+        scope.inputs,
+        results,
+        nodes=scope.nodes,
+        initializers=scope.initializers,
+        opset_imports={"": opset, **{f.domain: 1 for f in conversion.functions.values()}},
+        name=model_name,
+    )
+    model = ir.Model(
+        graph,
+        ir_version=ir_version,
+        producer_name="jax2onnx",
+        producer_version=producer_version,
+        functions=list(conversion.functions.values()),
+    )
+    return model, conversion.emitted

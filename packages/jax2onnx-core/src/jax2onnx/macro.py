@@ -208,3 +208,13 @@ def default_binder(original: Callable[..., Any], prim) -> Callable[..., Any]:
         return prim.bind(*operands, **params)
 
     return binder
+
+
+def batch_at_front(args: Any, dims: Any) -> list[Any]:
+    """For a batching rule: every operand with its batch axis first (unbatched ones broadcast).
+
+    ``dims`` are JAX's batch dimensions (``None`` for an unbatched operand);
+    the result's operands all have the batch size as their leading axis.
+    """
+    size = next(a.shape[d] for a, d in zip(args, dims, strict=True) if d is not None)
+    return [batching.bdim_at_front(a, d, size) for a, d in zip(args, dims, strict=True)]

@@ -3,55 +3,96 @@
 .. code-block:: python
 
     from jax import lax
-    from jax2onnx.plugin import Rules, case, hookimpl
+    from jax2onnx.plugin import Family, Rules, case, hookimpl
 
-    rules = Rules("myops")
+    family = Family("myops")
 
-    @rules.lowering(lax.tanh_p, cases=[case("tanh", lax.tanh, [(3,)], expect=["Tanh:3"])])
+    @family.lowering(lax.tanh_p, cases=[case("tanh", lax.tanh, [(3,)], expect=["Tanh:3"])])
     def tanh(ctx, x, *, accuracy=None):
         return ctx.op.Tanh(x)
 
     @hookimpl
     def jax2onnx_rules():
+        rules = Rules("myops")
+        family.register(rules)
         return rules
+
+A plugin imports nothing else of jax2onnx (no ``jax2onnx.<module>``) and no
+private name of another plugin; the suite checks this for our distributions.
 """
 
 from typing import TYPE_CHECKING
 
 from jax2onnx.cases import Case, case
-from jax2onnx.errors import LoweringError, NonDifferentiableError
+from jax2onnx.dims import is_symbolic
+from jax2onnx.dtypes import onnx_dtype
+from jax2onnx.errors import (
+    Jax2OnnxError,
+    LoweringError,
+    NonDifferentiableError,
+    PluginConflictError,
+    PluginLoadError,
+    UnsupportedPrimitiveError,
+    UsageError,
+)
 from jax2onnx.hookspecs import hookimpl
-from jax2onnx.rules import Interception, Lowering, Prepared, Rules
+from jax2onnx.keys import is_extended as is_key_dtype
+from jax2onnx.keys import physical as stored_type
+from jax2onnx.prepare import PrepareConfig
+from jax2onnx.rules import Family, Interception, Lowering, Prepared, Rules
 
 if TYPE_CHECKING:
-    from jax2onnx.lowering import LoweringContext, SubgraphBuilder
-    from jax2onnx.macro import call_arguments
+    from jax2onnx.context import LoweringContext, SubgraphBuilder
+    from jax2onnx.kernels import has_kernel, kernel_dtype, kernel_dtypes
+    from jax2onnx.macro import batch_at_front, call_arguments
+
+_LAZY = {
+    # onnx_ir and jax.interpreters load with the converter, not with a plugin's import
+    "LoweringContext": "jax2onnx.context",
+    "SubgraphBuilder": "jax2onnx.context",
+    "call_arguments": "jax2onnx.macro",
+    "batch_at_front": "jax2onnx.macro",
+    "has_kernel": "jax2onnx.kernels",
+    "kernel_dtype": "jax2onnx.kernels",
+    "kernel_dtypes": "jax2onnx.kernels",
+}
 
 
 def __getattr__(name: str):
-    if name == "call_arguments":
-        from jax2onnx.macro import call_arguments
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'jax2onnx.plugin' has no attribute {name!r}")
+    import importlib
 
-        return call_arguments
-    # the lowering context lives with onnx_ir, which is imported on first use
-    if name in ("LoweringContext", "SubgraphBuilder"):
-        from jax2onnx import lowering
-
-        return getattr(lowering, name)
-    raise AttributeError(f"module 'jax2onnx.plugin' has no attribute {name!r}")
+    return getattr(importlib.import_module(module), name)
 
 
 __all__ = [
     "Case",
+    "Family",
     "Interception",
+    "Jax2OnnxError",
     "Lowering",
     "LoweringContext",
     "LoweringError",
     "NonDifferentiableError",
+    "PluginConflictError",
+    "PluginLoadError",
+    "PrepareConfig",
     "Prepared",
     "Rules",
     "SubgraphBuilder",
+    "UnsupportedPrimitiveError",
+    "UsageError",
+    "batch_at_front",
     "call_arguments",
     "case",
+    "has_kernel",
     "hookimpl",
+    "is_key_dtype",
+    "is_symbolic",
+    "kernel_dtype",
+    "kernel_dtypes",
+    "onnx_dtype",
+    "stored_type",
 ]

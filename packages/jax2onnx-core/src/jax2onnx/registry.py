@@ -2,29 +2,18 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from jax2onnx.errors import PluginConflictError
 from jax2onnx.rules import Interception, Lowering, Rules
 
-# Which of our distributions provides lowerings for primitives by origin, for
-# the "missing lowering" message. Macro primitives carry their plugin's name
-# as a prefix (``nn.gelu``); JAX's own primitives come from jax2onnx-lax.
-KNOWN_DISTRIBUTIONS = {
-    "lax": "jax2onnx-lax",
-    "nn": "jax2onnx-nn",
-    "flax": "jax2onnx-flax",
-    "equinox": "jax2onnx-equinox",
-}
-
 
 class Registry:
     """Lowerings by primitive name, interceptions and cases, conflicts resolved."""
 
-    def __init__(self, rules: Sequence[Rules], plugin_set: Any = None) -> None:
+    def __init__(self, rules: Sequence[Rules]) -> None:
         self.rules = tuple(rules)
-        self.plugin_set = plugin_set
         # One plugin owns each primitive (with all its min_opset variants); a
         # second plugin lowering it, at any min_opset, conflicts unless exactly
         # one of the two says override=True, which then replaces the other's.
@@ -61,6 +50,7 @@ class Registry:
         self.interceptions: tuple[Interception, ...] = tuple(
             i for r in self.rules for i in r.interceptions
         )
+        self._impls = {m.name: m.impl for r in self.rules for m in r.macros if m.impl is not None}
 
     def __contains__(self, name: str) -> bool:
         return name in self._by_name
@@ -76,47 +66,9 @@ class Registry:
                 return lowering
         return None
 
-    def provider_hint(self, name: str) -> str | None:
-        """Which of our distributions would lower ``name``, if one would."""
-        prefix = name.split(".", 1)[0] if "." in name else None
-        if prefix in KNOWN_DISTRIBUTIONS:
-            return KNOWN_DISTRIBUTIONS[prefix]
-        if name in _jax_primitive_names():
-            return KNOWN_DISTRIBUTIONS["lax"]
-        return None
-
-
-def _jax_primitive_names() -> set[str]:
-    """Names of the primitives JAX itself defines (computed on the error path only)."""
-    import importlib
-
-    from jax._src import core as jax_core
-
-    names: set[str] = set()
-    modules = (
-        "jax._src.lax.lax",
-        "jax._src.lax.slicing",
-        "jax._src.lax.control_flow",
-        "jax._src.lax.convolution",
-        "jax._src.lax.windowed_reductions",
-        "jax._src.lax.linalg",
-        "jax._src.lax.fft",
-        "jax._src.lax.special",
-        "jax._src.lax.parallel",
-        "jax._src.lax.ann",
-        "jax._src.prng",
-        "jax._src.random",
-        "jax._src.ad_util",
-        "jax._src.ad_checkpoint",
-        "jax._src.custom_derivatives",
-        "jax._src.pjit",
-    )
-    for module_name in modules:
-        try:
-            module = importlib.import_module(module_name)
-        except ImportError:
-            continue
-        for value in vars(module).values():
-            if isinstance(value, jax_core.Primitive):
-                names.add(value.name)
-    return names
+    def fallback(self, name: str) -> Callable[..., Any] | None:
+        """JAX's computation of ``name``: its rule's ``fallback=``, or its macro ``impl``."""
+        for lowering in self._by_name.get(name, ()):
+            if lowering.fallback is not None:
+                return lowering.fallback
+        return self._impls.get(name)

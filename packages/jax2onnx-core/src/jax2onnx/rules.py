@@ -1,9 +1,13 @@
-"""``Rules``: what one plugin contributes.
+"""``Rules``: what one plugin contributes, and ``Family``: what one module declares.
 
-A plugin builds one :class:`Rules` object, fills it with decorators while its
-modules import, and returns it from its ``jax2onnx_rules`` hook. A ``Rules``
-object is the plugin's own declaration; the registry that merges every
-plugin's rules is built per plugin set, never as module-global state.
+A plugin's ``jax2onnx_rules`` hook builds a fresh :class:`Rules` each time it
+is called: it creates ``Rules("myops")`` and lets each of its family modules
+``register(rules)``. The loader freezes the result, so the rules a plugin set
+lowers with can no longer change. A family module declares its lowerings with
+the decorators of a module-level :class:`Family`; ``family.register(rules)``
+replays those declarations onto the plugin's ``Rules``. A ``Family`` is the
+module's own declaration (written once, while the module imports), never a
+registry that conversions read.
 """
 
 from __future__ import annotations
@@ -11,6 +15,8 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
+
+import numpy as np
 
 from jax2onnx.cases import Case
 
@@ -25,15 +31,32 @@ def primitive_name(primitive: Any) -> str:
     return name
 
 
+def _dtype_set(dtypes: Iterable[Any] | None) -> frozenset[np.dtype] | None:
+    if dtypes is None:
+        return None
+    result = frozenset(np.dtype(d) for d in dtypes)
+    if not result:
+        raise ValueError("native_dtypes must name at least one dtype (or be None)")
+    return result
+
+
 @dataclasses.dataclass(frozen=True)
 class Lowering:
-    """One lowering rule for one primitive."""
+    """One lowering rule for one primitive.
+
+    ``native_dtypes``: the rule runs only when every input has one of these
+    dtypes; otherwise the core inlines the fallback (``fallback``, or the
+    macro primitive's ``impl``). ``fallback``: JAX's computation of the
+    primitive, ``fallback(*inputs, **params)``, for ``ctx.fallback()``.
+    """
 
     primitive: str
     fn: LoweringFn
     plugin: str
     min_opset: int = 1
     override: bool = False
+    native_dtypes: frozenset[np.dtype] | None = None
+    fallback: Callable[..., Any] | None = None
 
     @property
     def where(self) -> str:
@@ -56,12 +79,13 @@ class Interception:
 
 @dataclasses.dataclass(frozen=True)
 class MacroInfo:
-    """What ``rules.primitive`` made: for docs and the CLI."""
+    """A macro primitive a plugin made: for ``ctx.fallback()``, docs and the CLI."""
 
     name: str
     primitive: Any
     batching: str
     jvp: str
+    impl: Callable[..., Any] | None = None
 
 
 def _strategy_label(strategy: Any) -> str:
@@ -72,17 +96,47 @@ def _strategy_label(strategy: Any) -> str:
     return str(strategy)
 
 
-class Rules:
-    """Lowerings, macro primitives, interceptions and cases of one plugin."""
+def make_macro(
+    name: str,
+    *,
+    impl: Callable[..., Any],
+    batching: Any = "fallback",
+    jvp: Any = "fallback",
+    multiple_results: bool = False,
+    abstract_eval: Callable[..., Any] | None = None,
+) -> MacroInfo:
+    """A macro primitive named ``name`` (see :mod:`jax2onnx.macro`) and its description."""
+    from jax2onnx.macro import make_primitive
 
-    def __init__(self, name: str) -> None:
+    prim = make_primitive(
+        name,
+        impl,
+        batching_rule=batching,
+        jvp_rule=jvp,
+        multiple_results=multiple_results,
+        abstract_eval=abstract_eval,
+    )
+    return MacroInfo(prim.name, prim, _strategy_label(batching), _strategy_label(jvp), impl)
+
+
+class Rules:
+    """Lowerings, macro primitives, interceptions and cases of one plugin.
+
+    ``libraries`` names the Python packages whose primitives the plugin lowers
+    (``("jax",)`` for JAX's own primitives, ``("equinox",)`` ...): a missing
+    lowering of such a primitive is then reported as this plugin's gap.
+    """
+
+    def __init__(self, name: str, *, libraries: Iterable[str] = ()) -> None:
         if not name or not name.replace("_", "").replace("-", "").isalnum():
             raise ValueError(f"plugin name {name!r} must be a non-empty identifier")
         self.name = name
+        self.libraries = tuple(libraries)
         self.lowerings: list[Lowering] = []
         self.interceptions: list[Interception] = []
         self.macros: list[MacroInfo] = []
         self.cases: list[tuple[str, Case]] = []
+        self._frozen = False
 
     def __repr__(self) -> str:
         return (
@@ -90,12 +144,36 @@ class Rules:
             f"macros={len(self.macros)}, cases={len(self.cases)})"
         )
 
+    @property
+    def frozen(self) -> bool:
+        return self._frozen
+
+    def freeze(self) -> Rules:
+        """Refuse further changes (the loader freezes every plugin's rules)."""
+        if not self._frozen:
+            self.lowerings = tuple(self.lowerings)  # type: ignore[assignment]
+            self.interceptions = tuple(self.interceptions)  # type: ignore[assignment]
+            self.macros = tuple(self.macros)  # type: ignore[assignment]
+            self.cases = tuple(self.cases)  # type: ignore[assignment]
+            self._frozen = True
+        return self
+
+    def _check_open(self, what: str) -> None:
+        if self._frozen:
+            raise RuntimeError(
+                f"Rules({self.name!r}) is frozen: it was loaded into a plugin set, so {what} "
+                "cannot be added. Register everything inside the plugin's jax2onnx_rules(), "
+                "or build a new Rules for to_onnx(..., extra_rules=...)."
+            )
+
     def lowering(
         self,
         *primitives: Any,
         min_opset: int = 1,
         override: bool = False,
         cases: Iterable[Case] = (),
+        native_dtypes: Iterable[Any] | None = None,
+        fallback: Callable[..., Any] | None = None,
     ) -> Callable[[LoweringFn], LoweringFn]:
         """Register the decorated function as the lowering of ``primitives``.
 
@@ -103,16 +181,21 @@ class Rules:
         and returns the ONNX value (or a sequence of values) of the outputs.
         ``min_opset`` is the oldest opset its ONNX form works at; a primitive may
         have several lowerings with different ``min_opset`` and the newest one
-        the target opset allows is used.
+        the target opset allows is used. With ``native_dtypes`` the rule runs
+        only for inputs of those dtypes (what its ONNX op has kernels for); other
+        inputs inline ``fallback`` (default: the macro primitive's ``impl``).
         """
         if not primitives:
             raise TypeError("rules.lowering needs at least one primitive")
         names = [primitive_name(p) for p in primitives]
         cases = tuple(cases)
+        natives = _dtype_set(native_dtypes)
 
         def register(fn: LoweringFn) -> LoweringFn:
             for name in names:
-                self._add_lowering(Lowering(name, fn, self.name, min_opset, override))
+                lowering = Lowering(name, fn, self.name, min_opset, override, natives, fallback)
+                self._add_lowering(lowering)
+            self._check_open("cases")
             for c in cases:
                 self.cases.append((names[0], c))
             return fn
@@ -120,6 +203,7 @@ class Rules:
         return register
 
     def _add_lowering(self, lowering: Lowering) -> None:
+        self._check_open(f"a lowering of {lowering.primitive!r}")
         for existing in self.lowerings:
             if (
                 existing.primitive == lowering.primitive
@@ -144,6 +228,7 @@ class Rules:
 
     def add_cases(self, component: Any, cases: Iterable[Case]) -> None:
         """Attach cases to a component (a primitive or any name)."""
+        self._check_open("cases")
         name = component if isinstance(component, str) else primitive_name(component)
         for c in cases:
             self.cases.append((name, c))
@@ -159,20 +244,21 @@ class Rules:
         abstract_eval: Callable[..., Any] | None = None,
     ) -> Any:
         """Create a macro primitive named ``<plugin>.<name>`` (see :mod:`jax2onnx.macro`)."""
-        from jax2onnx.macro import make_primitive
-
-        prim = make_primitive(
+        self._check_open(f"macro primitive {name!r}")
+        info = make_macro(
             f"{self.name}.{name}",
-            impl,
-            batching_rule=batching,
-            jvp_rule=jvp,
+            impl=impl,
+            batching=batching,
+            jvp=jvp,
             multiple_results=multiple_results,
             abstract_eval=abstract_eval,
         )
-        self.macros.append(
-            MacroInfo(prim.name, prim, _strategy_label(batching), _strategy_label(jvp))
-        )
-        return prim
+        self._add_macro(info)
+        return info.primitive
+
+    def _add_macro(self, info: MacroInfo) -> None:
+        self._check_open(f"macro primitive {info.name!r}")
+        self.macros.append(info)
 
     def intercept(
         self,
@@ -194,6 +280,7 @@ class Rules:
         (``"flax.nnx.gelu"`` for ``"jax.nn.gelu"``); each is patched too, but
         only while it still is the very object ``target`` names.
         """
+        self._check_open(f"an interception of {target!r}")
         for name in (target, *aliases):
             if name.count(".") < 1:
                 raise ValueError(f"intercept target {name!r} must be 'module.attribute'")
@@ -214,6 +301,74 @@ def _one_op(op_type: str) -> LoweringFn:
     lower.__name__ = lower.__qualname__ = f"elementwise_{op_type}"
     lower.__doc__ = f"One {op_type} node."
     return lower
+
+
+class Family:
+    """The rules one family module declares, replayed onto a plugin's ``Rules``.
+
+    .. code-block:: python
+
+        family = Family("myops")
+
+        @family.lowering(lax.tanh_p, cases=[...])
+        def tanh(ctx, x, *, accuracy=None):
+            return ctx.op.Tanh(x)
+
+        register = family.register    # plugin.py: register(rules) for each family
+
+    The decorators take the arguments of :class:`Rules`' methods. Macro
+    primitives are made once, when the module imports (like JAX's own
+    primitives); every ``register(rules)`` adds the same declarations to a
+    new ``Rules``.
+    """
+
+    def __init__(self, plugin: str) -> None:
+        self.plugin = plugin
+        self._declarations: list[Callable[[Rules], None]] = []
+
+    def __repr__(self) -> str:
+        return f"Family({self.plugin!r}, declarations={len(self._declarations)})"
+
+    def lowering(self, *primitives: Any, **options: Any) -> Callable[[LoweringFn], LoweringFn]:
+        """As :meth:`Rules.lowering`."""
+        for key in ("cases", "native_dtypes"):  # iterables are read once, here
+            if options.get(key) is not None:
+                options[key] = tuple(options[key])
+
+        def declare(fn: LoweringFn) -> LoweringFn:
+            self._declarations.append(lambda rules: rules.lowering(*primitives, **options)(fn))
+            return fn
+
+        return declare
+
+    def elementwise(self, ops: Mapping[Any, str], **options: Any) -> None:
+        """As :meth:`Rules.elementwise`."""
+        ops = dict(ops)
+        self._declarations.append(lambda rules: rules.elementwise(ops, **options))
+
+    def add_cases(self, component: Any, cases: Iterable[Case]) -> None:
+        """As :meth:`Rules.add_cases`."""
+        cases = tuple(cases)
+        self._declarations.append(lambda rules: rules.add_cases(component, cases))
+
+    def intercept(self, target: str, primitive: Any, **options: Any) -> None:
+        """As :meth:`Rules.intercept`."""
+        self._declarations.append(lambda rules: rules.intercept(target, primitive, **options))
+
+    def primitive(self, name: str, **options: Any) -> Any:
+        """As :meth:`Rules.primitive`: the primitive ``<plugin>.<name>``, made now."""
+        info = make_macro(f"{self.plugin}.{name}", **options)
+        self._declarations.append(lambda rules: rules._add_macro(info))
+        return info.primitive
+
+    def register(self, rules: Rules) -> None:
+        """Add every declaration of this family to ``rules``."""
+        if rules.name != self.plugin:
+            raise ValueError(
+                f"a family of plugin {self.plugin!r} cannot register on Rules({rules.name!r})"
+            )
+        for declare in self._declarations:
+            declare(rules)
 
 
 @dataclasses.dataclass(frozen=True)

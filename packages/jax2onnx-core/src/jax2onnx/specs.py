@@ -220,3 +220,52 @@ def normalize_inputs(
             f"repeated: {duplicates}"
         )
     return InputSpecs(tuple(specs), tuple(params), tuple(names), tuple(trees))
+
+
+def _default_output_names(out_shapes: Any) -> list[str]:
+    """``out_<i>`` for a single output or a tuple/list of outputs; key paths otherwise.
+
+    ``{"logits": x, "value": v}`` gives ``logits`` and ``value``, a NamedTuple
+    its field names (``jnp.linalg.qr`` gives ``Q`` and ``R``); a tuple whose
+    second element is a dict gives ``out_1.<key>``.
+    """
+    leaves = jax.tree_util.tree_flatten_with_path(out_shapes)[0]
+    if not isinstance(out_shapes, (tuple, list)) or hasattr(out_shapes, "_fields"):
+        if len(leaves) == 1 and not leaves[0][0]:
+            return ["out_0"]
+        return [_path_name(path) for path, _ in leaves]
+    names = []
+    for path, _ in leaves:
+        head, rest = path[0], path[1:]
+        names.append(".".join([f"out_{head.idx}", *([_path_name(rest)] if rest else [])]))
+    return names
+
+
+def output_names(out_shapes: Any, given: Sequence[str] | None, taken: Sequence[str]) -> list[str]:
+    """One graph output name per output leaf: ``given`` first, then the defaults."""
+    names = _default_output_names(out_shapes)
+    count = len(names)
+    if given is not None:
+        given = list(given)
+        if len(given) > count:
+            raise ValueError(f"output_names has {len(given)} names for {count} outputs")
+        for i, name in enumerate(given):
+            if not isinstance(name, str) or not name:
+                raise TypeError(f"output_names[{i}] must be a non-empty string, got {name!r}")
+            names[i] = name
+    clash = sorted((set(names) & set(taken)) | {n for n in names if names.count(n) > 1})
+    if clash:
+        raise ValueError(f"output names must be unique and differ from input names: {clash}")
+    return names
+
+
+def positional_names(fn: Any) -> list[str]:
+    """Names of ``fn``'s positional parameters (prefixes of pytree input names)."""
+    import inspect
+
+    try:
+        parameters = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):
+        return []
+    kinds = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    return [p.name for p in parameters if p.kind in kinds]

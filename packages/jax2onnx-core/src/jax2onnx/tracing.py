@@ -1,4 +1,4 @@
-"""Step 3: trace the function to a ClosedJaxpr with interceptions active.
+"""Step 3: trace the function to a ClosedJaxpr with interceptions active, and re-trace.
 
 Interceptions are scoped patches: each replaces ``module.attr`` while the
 trace runs and is undone in ``finally``, even when tracing raises. A target
@@ -11,15 +11,18 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import os
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import jax
 
+from jax2onnx.context import UNKNOWN_SOURCE
 from jax2onnx.functions import exporting
 from jax2onnx.macro import default_binder
 from jax2onnx.rules import Interception
+from jax2onnx.unsupported import check_supported, iter_equations
 
 _MISSING = object()
 
@@ -88,11 +91,12 @@ def interceptions_active(interceptions: Sequence[Interception]) -> Iterator[None
                 setattr(owner, attr, original)
 
 
-def trace(
-    fn: Callable[..., Any], specs: Any, interceptions: Sequence[Interception]
-) -> tuple[Any, Any]:
+def trace(fn: Callable[..., Any], specs: Any, registry: Any, plugin_set: Any) -> tuple[Any, Any]:
     """``make_jaxpr`` of ``fn(*positional, **params)`` over the flat leaves of ``specs``.
 
+    The registry's interceptions are active while ``fn`` traces; JAX's errors
+    that a user can act on are said in their terms, and a primitive no plugin
+    lowers is reported (with its source line) before anything is lowered.
     Returns the ClosedJaxpr and the pytree of output shapes.
     """
 
@@ -100,5 +104,54 @@ def trace(
         args, kwargs = specs.rebuild(leaves)
         return fn(*args, **kwargs)
 
-    with interceptions_active(interceptions), exporting():
-        return jax.make_jaxpr(flat, return_shape=True)(*specs.all_specs)
+    param_names = [k for k, _ in specs.params]
+    try:
+        with interceptions_active(registry.interceptions), exporting():
+            closed, out_shapes = jax.make_jaxpr(flat, return_shape=True)(*specs.all_specs)
+    except jax.errors.ConcretizationTypeError as err:
+        if param_names:
+            raise TypeError(
+                f"tracing failed because a runtime parameter ({', '.join(param_names)}) is "
+                "used in Python control flow; input_params become graph inputs, so use "
+                f"jax.lax.cond/jnp.where on them instead. JAX said: {err}"
+            ) from err
+        raise
+    except Exception as err:
+        if type(err).__name__ != "InconclusiveDimensionOperation":
+            raise
+        raise ValueError(
+            "JAX cannot decide a comparison of symbolic dimensions while tracing "
+            f"(inputs {[s.shape for s in specs.all_specs]}). Use concrete sizes for the "
+            "dimensions involved, or express the shape with the same symbols (e.g. 'B' and "
+            f"'2*B' rather than two unrelated names). JAX said: {err}"
+        ) from err
+    check_supported(closed, registry, plugin_set)
+    return closed, out_shapes
+
+
+def retrace(
+    fn: Callable[..., Any],
+    specs: Sequence[Any],
+    registry: Any,
+    plugin_set: Any,
+    enclosing: str = UNKNOWN_SOURCE,
+) -> Any:
+    """Trace ``fn`` on ``specs`` while lowering (a decomposition, a subgraph body).
+
+    Every jaxpr made after the first trace goes through here, so a primitive
+    no plugin lowers is reported like one in the user's function, at the
+    user's line ``enclosing``.
+    """
+    closed = jax.make_jaxpr(fn)(*specs)
+    check_supported(closed, registry, plugin_set, enclosing)
+    return closed
+
+
+def record_calls(closed: Any, path: str | os.PathLike[str]) -> None:
+    """Write one line per equation (nested ones included): primitive, avals, params, line."""
+    with open(path, "w", encoding="utf-8") as out:
+        for eqn, line in iter_equations(closed):
+            ins = ", ".join(v.aval.str_short() for v in eqn.invars)
+            outs = ", ".join(v.aval.str_short() for v in eqn.outvars)
+            params = {k: v for k, v in eqn.params.items() if "jaxpr" not in k}
+            out.write(f"{eqn.primitive.name}\t({ins}) -> ({outs})\t{params}\t{line}\n")

@@ -253,7 +253,7 @@ def conv_transpose(ctx, x, kernel, *bias, strides, padding, kernel_dilation, pre
     ``output_padding`` (zeros past the full convolution, as in lax).
     """
     from jax2onnx_lax._util import permute
-    from jax2onnx_lax.conv import _transpose_kernel
+    from jax2onnx_lax.blocks import conv_transpose_kernel
 
     params = dict(
         strides=strides, padding=padding, kernel_dilation=kernel_dilation, precision=precision
@@ -276,7 +276,7 @@ def conv_transpose(ctx, x, kernel, *bias, strides, padding, kernel_dilation, pre
     ):
         return ctx.decompose(_conv_transpose, x, kernel, *bias, **params)
     kshape = [k_aval.shape[n + 1], k_aval.shape[n], *kernel_size]
-    weight = _transpose_kernel(ctx, permute(ctx, kernel, [n + 1, n, *range(n)]), kshape, 1)
+    weight = conv_transpose_kernel(ctx, permute(ctx, kernel, [n + 1, n, *range(n)]), kshape, 1)
     y = ctx.op.ConvTranspose(
         to_nchw(ctx, x, n),
         weight,

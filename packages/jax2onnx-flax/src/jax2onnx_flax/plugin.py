@@ -13,7 +13,7 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-from jax2onnx.plugin import Prepared, Rules, hookimpl
+from jax2onnx.plugin import PrepareConfig, Prepared, Rules, hookimpl
 from jax2onnx_flax import (  # noqa: F401 - importing a family module registers its rules
     attention,
     attention_cases,
@@ -35,7 +35,7 @@ def jax2onnx_rules() -> Rules:
 
 
 @hookimpl
-def jax2onnx_prepare(fn: Any, config: dict[str, Any]) -> Prepared | None:
+def jax2onnx_prepare(fn: Any, config: PrepareConfig) -> Prepared | None:
     if "flax.nnx" not in sys.modules:
         return None
     from jax2onnx_flax.prepare import (

@@ -31,7 +31,7 @@ from jax.interpreters import batching
 from jax2onnx.dims import is_symbolic
 from jax2onnx.plugin import call_arguments, case
 from jax2onnx_flax._rules import rules
-from jax2onnx_lax.windows import _float_max_pool
+from jax2onnx_lax.blocks import nan_exact_max_pool
 
 F32, F64 = np.dtype(np.float32), np.dtype(np.float64)
 
@@ -299,7 +299,7 @@ def max_pool(ctx, x, *, window_shape, strides, padding):
     if attrs is None:
         return ctx.decompose(_impl("max_pool"), x, **params)
     dt = np.dtype(ctx.avals_in[0].dtype)
-    return _channels_first(ctx, x, lambda y: _float_max_pool(ctx, y, dt, attrs))
+    return _channels_first(ctx, x, lambda y: nan_exact_max_pool(ctx, y, dt, **attrs))
 
 
 @rules.lowering(
@@ -323,5 +323,5 @@ def min_pool(ctx, x, *, window_shape, strides, padding):
     if attrs is None:
         return ctx.decompose(_impl("min_pool"), x, **params)
     dt = np.dtype(ctx.avals_in[0].dtype)
-    y = _channels_first(ctx, ctx.op.Neg(x), lambda y: _float_max_pool(ctx, y, dt, attrs))
+    y = _channels_first(ctx, ctx.op.Neg(x), lambda y: nan_exact_max_pool(ctx, y, dt, **attrs))
     return ctx.op.Neg(y)

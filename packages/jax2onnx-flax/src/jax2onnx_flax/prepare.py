@@ -18,7 +18,7 @@ import functools
 import types
 from typing import Any
 
-from jax2onnx.plugin import Prepared
+from jax2onnx.plugin import PrepareConfig, Prepared
 
 # Keyword arguments of ``Module.eval``-style switches a user may keep as runtime inputs.
 INFERENCE_ATTRIBUTES = ("deterministic", "use_running_average")
@@ -52,7 +52,7 @@ def closed_over_modules(fn: Any) -> list[int]:
     return found
 
 
-def prepare_closure(fn: Any, positions: list[int], config: dict[str, Any]) -> Prepared:
+def prepare_closure(fn: Any, positions: list[int], config: PrepareConfig) -> Prepared:
     """A copy of ``fn`` whose closed-over modules are inference-mode copies.
 
     The modules are split together, so submodules they share stay shared in
@@ -84,13 +84,13 @@ def prepare_closure(fn: Any, positions: list[int], config: dict[str, Any]) -> Pr
     return Prepared(fn=pure, name=getattr(fn, "__qualname__", None))
 
 
-def _pinned(config: dict[str, Any]) -> dict[str, bool]:
+def _pinned(config: PrepareConfig) -> dict[str, bool]:
     """Switches the user passes as input_params stay runtime inputs: do not pin them."""
-    runtime = set(config.get("input_params") or ())
+    runtime = set(config.input_params)
     return {name: True for name in INFERENCE_ATTRIBUTES if name not in runtime}
 
 
-def prepare_module(module: Any, method: str | None, config: dict[str, Any]) -> Prepared:
+def prepare_module(module: Any, method: str | None, config: PrepareConfig) -> Prepared:
     """A pure function calling an inference-mode copy of ``module``."""
     from flax import nnx
 

@@ -2,4 +2,4 @@
 
 from jax2onnx.plugin import Rules
 
-rules = Rules("lax")
+rules = Rules("lax", libraries=("jax",))

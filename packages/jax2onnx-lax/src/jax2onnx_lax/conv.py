@@ -16,6 +16,7 @@ from jax import lax
 from jax2onnx.plugin import case
 from jax2onnx_lax._rules import rules
 from jax2onnx_lax._util import i64, permute, reshape, to_dtype
+from jax2onnx_lax.blocks import conv_transpose_kernel
 from jax2onnx_lax.dot import compute_dtype
 
 _INT64_MAX = np.iinfo(np.int64).max
@@ -110,26 +111,6 @@ def _patch_matmul(ctx, x, w, shape, kernel, strides, dilation, groups, out_shape
     else:
         wm = ctx.op.Reshape(w, i64(ctx, [groups, o // groups, inner]))
     return reshape(ctx, ctx.op.MatMul(wm, patches), out_shape, keep=1)
-
-
-def _transpose_kernel(ctx, w, kshape, groups):
-    """(O, I/G, K...) -> (I, O/G, K...) flipped in space: the ConvTranspose weight."""
-    o, i_g, spatial = kshape[0], kshape[1], list(kshape[2:])
-    n_sp = len(spatial)
-    if w.const_value is not None:
-        arr = w.const_value.numpy().reshape(groups, o // groups, i_g, *spatial)
-        arr = arr.transpose(0, 2, 1, *range(3, 3 + n_sp)).reshape(
-            groups * i_g, o // groups, *spatial
-        )
-        return ctx.const(np.flip(arr, axis=tuple(range(2, 2 + n_sp))).copy())
-    if groups == 1:
-        w = ctx.op.Transpose(w, perm=[1, 0, *range(2, 2 + n_sp)])
-    else:
-        w = ctx.op.Reshape(w, i64(ctx, [groups, o // groups, i_g, *spatial]))
-        w = ctx.op.Transpose(w, perm=[0, 2, 1, *range(3, 3 + n_sp)])
-        w = ctx.op.Reshape(w, i64(ctx, [groups * i_g, o // groups, *spatial]))
-    axes = list(range(2, 2 + n_sp))
-    return _slice(ctx, w, axes, [-1] * n_sp, [_INT64_MIN] * n_sp, [-1] * n_sp)
 
 
 def _conv(strides, padding, dn=None, **kw):
@@ -404,7 +385,7 @@ def conv_general_dilated(
         if native and fits and all(s == 1 for s in strides):
             y = ctx.op.ConvTranspose(
                 x,
-                _transpose_kernel(ctx, w, kshape, groups),
+                conv_transpose_kernel(ctx, w, kshape, groups),
                 kernel_shape=kernel,
                 strides=list(lhs_dilation),
                 dilations=dilation,

@@ -25,6 +25,7 @@ from jax2onnx.dims import is_symbolic
 from jax2onnx.plugin import case
 from jax2onnx_lax._rules import rules
 from jax2onnx_lax._util import cast, i64
+from jax2onnx_lax.blocks import nan_exact_max_pool
 
 _INT64_MAX = np.iinfo(np.int64).max
 _WIDE = {  # dtypes ORT lacks Max/Min (or Add/Mul) kernels for -> an exact wider dtype
@@ -187,23 +188,9 @@ def _pool(ctx, x, kind, dtype, shape, out_shape, windows, strides, dilations, pa
     if np.issubdtype(dtype, np.integer):
         return layout.leave(ctx.op.MaxPool(layout.enter(x), **attrs), out_shape)
     if kind == "min":  # min(x) = -max(-x), exact in floating point
-        y = _float_max_pool(ctx, layout.enter(ctx.op.Neg(x)), dtype, attrs)
+        y = nan_exact_max_pool(ctx, layout.enter(ctx.op.Neg(x)), dtype, **attrs)
         return layout.leave(ctx.op.Neg(y), out_shape)
-    return layout.leave(_float_max_pool(ctx, layout.enter(x), dtype, attrs), out_shape)
-
-
-def _float_max_pool(ctx, x, dtype, attrs):
-    """MaxPool fixed for NaN and -inf (ORT skips NaNs and starts from the lowest float).
-
-    A MaxPool of a flag (2: NaN, 1: other, 0: -inf) tells which windows hold a
-    NaN (result NaN, as JAX's max propagates it) or only -inf.
-    """
-    y = ctx.op.MaxPool(x, **attrs)
-    neg_inf = ctx.op.IsInf(x, detect_positive=0)
-    flag = ctx.op.Where(ctx.op.IsNaN(x), np.asarray(2, dtype), np.asarray(1, dtype))
-    flag = ctx.op.MaxPool(ctx.op.Where(neg_inf, np.asarray(0, dtype), flag), **attrs)
-    y = ctx.op.Where(ctx.op.Less(flag, np.asarray(0.5, dtype)), np.asarray(-np.inf, dtype), y)
-    return ctx.op.Where(ctx.op.Greater(flag, np.asarray(1.5, dtype)), np.asarray(np.nan, dtype), y)
+    return layout.leave(nan_exact_max_pool(ctx, layout.enter(x), dtype, **attrs), out_shape)
 
 
 def _reduce(ctx, x, kind, params, init=None):

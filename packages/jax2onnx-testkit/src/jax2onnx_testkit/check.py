@@ -13,8 +13,7 @@ import numpy as np
 import onnx
 
 from jax2onnx import to_onnx, traced_callable
-from jax2onnx.cases import Case
-from jax2onnx.rules import Rules
+from jax2onnx.plugin import Case, Rules
 from jax2onnx_testkit.expect import expect_graph
 
 # (rtol, atol) by dtype name; a case may override any of them.
@@ -84,7 +83,7 @@ def _float(precision: str) -> np.dtype:
     return np.dtype(np.float64 if precision == "f64" else np.float32)
 
 
-def _input_dtype(c: Case, i: int, precision: str) -> np.dtype:
+def input_dtype(c: Case, i: int, precision: str) -> np.dtype:
     dtype = None if c.dtypes is None else c.dtypes[i]
     if dtype is None:
         return _float(precision)
@@ -105,7 +104,7 @@ def _concrete(c: Case, precision: str, sizes: dict[str, int], seed: int) -> list
             arrays.append(array)
             continue
         shape = tuple(_eval_dim(d, sizes) for d in spec)
-        dtype = _input_dtype(c, i, precision)
+        dtype = input_dtype(c, i, precision)
         if dtype == np.bool_:
             arrays.append(rng.random(shape) < 0.5)
         elif np.issubdtype(dtype, np.integer):
@@ -120,7 +119,7 @@ def _concrete(c: Case, precision: str, sizes: dict[str, int], seed: int) -> list
     return arrays
 
 
-def _specs(c: Case, precision: str, sizes: dict[str, int] | None) -> list[Any]:
+def case_specs(c: Case, precision: str, sizes: dict[str, int] | None) -> list[Any]:
     """Conversion input specs: concrete sizes for static variants, symbols otherwise."""
     from jax import export
 
@@ -139,7 +138,7 @@ def _specs(c: Case, precision: str, sizes: dict[str, int] | None) -> list[Any]:
             shape = tuple(
                 d if isinstance(d, int) else export.symbolic_shape(d, scope=scope)[0] for d in spec
             )
-        specs.append(jax.ShapeDtypeStruct(shape, _input_dtype(c, i, precision)))
+        specs.append(jax.ShapeDtypeStruct(shape, input_dtype(c, i, precision)))
     return specs
 
 
@@ -207,7 +206,7 @@ def check_case(variant: CaseVariant) -> onnx.ModelProto:
     symbols = c.symbols
     static_sizes = {s: c.sizes(s)[0] for s in symbols}
     run_sizes = _dynamic_sizes(c) if variant.dynamic else [static_sizes]
-    specs = _specs(c, variant.precision, None if variant.dynamic else static_sizes)
+    specs = case_specs(c, variant.precision, None if variant.dynamic else static_sizes)
     params = dict(c.input_params or {})
     kwargs = {"opset": c.opset} if c.opset is not None else {}
     with jax.enable_x64(variant.precision == "f64"):

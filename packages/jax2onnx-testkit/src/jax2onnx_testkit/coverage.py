@@ -29,12 +29,12 @@ class CoverageRow:
 
 
 def _case_dtypes(case: Any, precision: str) -> set[str]:
-    from jax2onnx_testkit.check import _input_dtype
+    from jax2onnx_testkit.check import input_dtype
 
     names = set()
     for i, spec in enumerate(case.inputs):
         if isinstance(spec, tuple):
-            names.add(np.dtype(_input_dtype(case, i, precision)).name)
+            names.add(np.dtype(input_dtype(case, i, precision)).name)
         else:
             dtype = np.asarray(spec).dtype
             if precision == "f32" and dtype == np.float64:
@@ -46,11 +46,9 @@ def _case_dtypes(case: Any, precision: str) -> set[str]:
 def coverage(plugin_names: Sequence[str] | None = None) -> list[CoverageRow]:
     """Rows for every primitive lowered by the named plugins (default: all)."""
     import jax2onnx
-    from jax2onnx import converter
-    from jax2onnx_testkit.check import _specs, variants_of
+    from jax2onnx_testkit.check import case_specs, variants_of
 
     plugin_set = jax2onnx.plugins()
-    registry = plugin_set.registry()
     rows: dict[tuple[str, str], CoverageRow] = {}
     for plugin in plugin_set.plugins:
         rules = plugin.rules
@@ -72,19 +70,15 @@ def coverage(plugin_names: Sequence[str] | None = None) -> list[CoverageRow]:
                     row.dtypes |= _case_dtypes(case, variant.precision)
                 if variant.precision != "f32" or case.skip:
                     continue
-                emitted: dict[str, set[str]] = {}
                 sizes = None if variant.dynamic else {s: case.sizes(s)[0] for s in case.symbols}
                 try:
                     fn = case.fn() if case.factory else case.fn
                     with jax.enable_x64(False):
-                        converter.convert(
+                        result = jax2onnx.convert(
                             fn,
-                            _specs(case, "f32", sizes),
-                            plugin_set=plugin_set,
-                            registry=registry,
+                            case_specs(case, "f32", sizes),
                             input_params=case.input_params,
                             opset=case.opset or 23,
-                            emitted_ops=emitted,
                         )
                 except Exception as err:  # reported in the table, not hidden
                     if case.xfail:
@@ -93,7 +87,7 @@ def coverage(plugin_names: Sequence[str] | None = None) -> list[CoverageRow]:
                         row.errors.append(f"{case.name}: {type(err).__name__}")
                     continue
                 for name in row.primitive.split(", "):
-                    row.ops |= emitted.get(name, set())
+                    row.ops |= result.report.emitted_ops.get(name, frozenset())
     return sorted(rows.values(), key=lambda r: (r.plugin, r.primitive))
 
 

@@ -1,0 +1,296 @@
+"""What a lowering rule sees: :class:`LoweringContext` and its helpers.
+
+``ctx.op.<OpType>(...)`` emits one node; the methods below are the moves
+rules make again and again (int64 constants, casts, layout changes,
+selections widened where ONNX Runtime has no kernel, falling back to JAX's
+own computation), so a rule body stays a few lines of ONNX ops.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+import jax
+import numpy as np
+
+from jax2onnx import kernels
+from jax2onnx._ir import ir
+from jax2onnx.dtypes import exact_cast, onnx_dtype
+from jax2onnx.errors import LoweringError
+
+if TYPE_CHECKING:
+    from jax2onnx.lowering import GraphScope
+
+UNKNOWN_SOURCE = "<unknown source>"
+
+
+def source_line(eqn: Any, enclosing: str = UNKNOWN_SOURCE) -> str:
+    """The user's source line an equation came from, as ``file:line (function)``.
+
+    Equations traced inside library code (the body of ``jnp.linalg.solve``,
+    of ``jax.random.normal`` ...) carry no frame of the user's; they get
+    ``enclosing``, the line of the user's call that contains them.
+    """
+    from jax._src import source_info_util
+
+    try:
+        line = source_info_util.summarize(eqn.source_info)
+    except Exception:  # pragma: no cover - source info is best effort
+        line = ""
+    return line or enclosing
+
+
+class OpBuilder:
+    """``ctx.op.<OpType>(*inputs, **attributes)`` emits one ONNX node.
+
+    Inputs may be ``onnx_ir`` values, ``None`` (an omitted optional input),
+    or Python/NumPy numbers and arrays, which become constants with the dtype
+    of the node's first value input (or their own dtype for NumPy data).
+    Special keywords: ``_outputs`` (number of outputs, default 1),
+    ``_domain`` and ``_version``.
+    """
+
+    def __init__(self, scope: GraphScope) -> None:
+        self._scope = scope
+
+    def __getattr__(self, op_type: str) -> Callable[..., Any]:
+        if op_type.startswith("_"):
+            raise AttributeError(op_type)
+
+        def emit(*inputs: Any, _outputs: int = 1, _domain: str = "", _version=None, **attrs):
+            values = self._promote(inputs)
+            outs = self._scope.add_node(
+                op_type, values, attrs, num_outputs=_outputs, domain=_domain, version=_version
+            )
+            return outs[0] if _outputs == 1 else tuple(outs)
+
+        emit.__name__ = op_type
+        return emit
+
+    def _promote(self, inputs: Sequence[Any]) -> list[ir.Value | None]:
+        like = next((v.dtype for v in inputs if isinstance(v, ir.Value) and v.dtype), None)
+        out: list[ir.Value | None] = []
+        for value in inputs:
+            if value is None or isinstance(value, ir.Value):
+                out.append(value)
+            elif isinstance(value, (np.ndarray, np.generic)):
+                out.append(self._scope.const(value))
+            elif isinstance(value, (bool, int, float)):
+                dtype = like.numpy() if like is not None else None
+                out.append(self._scope.const(np.asarray(value, dtype=dtype), dtype))
+            else:
+                out.append(self._scope.const(np.asarray(value)))
+        return out
+
+
+def _is_number(v: Any) -> bool:
+    return isinstance(v, (int, float, bool, np.generic, np.ndarray))
+
+
+class LoweringContext:
+    """What a lowering rule sees for one equation (see the plugin guide)."""
+
+    def __init__(self, scope: GraphScope, eqn: Any = None, inputs: Sequence[ir.Value] = ()) -> None:
+        self.scope = scope
+        self.eqn = eqn
+        self.inputs = tuple(inputs)
+        self.op = OpBuilder(scope)
+
+    # -- the equation ----------------------------------------------------------
+    @property
+    def opset(self) -> int:
+        return self.scope.conversion.opset
+
+    @property
+    def avals_in(self) -> list[Any]:
+        return [v.aval for v in self.eqn.invars]
+
+    @property
+    def avals_out(self) -> list[Any]:
+        return [v.aval for v in self.eqn.outvars]
+
+    @property
+    def source(self) -> str:
+        if self.eqn is None:
+            return UNKNOWN_SOURCE
+        return source_line(self.eqn, self.scope.conversion.source)
+
+    def error(self, message: str) -> LoweringError:
+        """An error naming this equation's primitive and the user's source line."""
+        name = self.eqn.primitive.name if self.eqn is not None else "?"
+        return LoweringError(f"{name} at {self.source}: {message}")
+
+    # -- constants and shapes ----------------------------------------------------
+    def const(self, value: Any, dtype: Any = None) -> ir.Value:
+        """A constant (an initializer; a ``Constant`` node inside a function body)."""
+        return self.scope.const(value, dtype)
+
+    def i64(self, values: Sequence[int] | int) -> ir.Value:
+        """An int64 constant: axes, starts, pads, shapes ..."""
+        return self.scope.const(np.asarray(values, dtype=np.int64))
+
+    def dim(self, d: Any) -> ir.Value:
+        """A dimension (an int or a symbolic expression) as an int64 ``[1]`` value."""
+        try:
+            return self.scope.dim(d)
+        except Exception as err:
+            raise self.error(f"cannot compute dimension {d} as an ONNX value: {err}") from err
+
+    def shape(self, dims: Sequence[Any]) -> ir.Value:
+        """A 1-D int64 shape value; a constant when every dimension is static."""
+        try:
+            return self.scope.shape(dims)
+        except Exception as err:
+            shown = "(" + ", ".join(str(d) for d in dims) + ")"
+            raise self.error(f"cannot compute shape {shown} as an ONNX value: {err}") from err
+
+    # -- common moves --------------------------------------------------------------
+    def cast(self, x: ir.Value, dtype: Any) -> ir.Value:
+        """``x`` as ``dtype``: no node when it already is, a new constant when it is one."""
+        target = onnx_dtype(dtype)
+        if x.dtype == target:
+            return x
+        if x.const_value is not None:
+            folded = exact_cast(x.const_value.numpy(), dtype)
+            if folded is not None:
+                return self.const(folded)
+        return self.op.Cast(x, to=target)
+
+    def transpose(self, x: ir.Value, perm: Sequence[int]) -> ir.Value:
+        """``x`` with axes permuted: no node for the identity, a constant for a constant."""
+        perm = [int(p) for p in perm]
+        if perm == list(range(len(perm))):
+            return x
+        if x.const_value is not None:
+            return self.const(np.transpose(x.const_value.numpy(), perm))
+        return self.op.Transpose(x, perm=perm)
+
+    def where(self, cond: ir.Value, a: Any, b: Any, dtype: Any = None) -> ir.Value:
+        """``Where(cond, a, b)``, computed in a wider dtype where ONNX Runtime has no kernel.
+
+        ``dtype`` is the operands' dtype; by default that of the first value.
+        """
+        dtype = self._operand_dtype("where", dtype, a, b)
+        wide = kernels.kernel_dtype("Where", dtype)
+        if wide == dtype:
+            return self.op.Where(cond, a, b)
+        a, b = (self._as_dtype(v, dtype, wide) for v in (a, b))
+        return self.cast(self.op.Where(cond, a, b), dtype)
+
+    def maximum(self, x: Any, y: Any, dtype: Any = None) -> ir.Value:
+        """Elementwise maximum as ``lax.max`` computes it: NaN wins; ``Or`` for bool."""
+        return self._extremum("Max", "Or", x, y, dtype)
+
+    def minimum(self, x: Any, y: Any, dtype: Any = None) -> ir.Value:
+        """Elementwise minimum as ``lax.min`` computes it: NaN wins; ``And`` for bool."""
+        return self._extremum("Min", "And", x, y, dtype)
+
+    def has_kernel(self, op_type: str, dtype: Any) -> bool:
+        """Whether ONNX Runtime runs ``op_type`` on ``dtype`` (see :mod:`jax2onnx.kernels`)."""
+        return kernels.has_kernel(op_type, dtype)
+
+    def kernel_dtype(self, op_type: str, dtype: Any) -> np.dtype:
+        """The dtype to compute ``op_type`` in for ``dtype`` operands (exact stand-ins)."""
+        return kernels.kernel_dtype(op_type, dtype)
+
+    def _extremum(self, op_type: str, bool_op: str, x: Any, y: Any, dtype: Any) -> ir.Value:
+        dtype = self._operand_dtype(op_type.lower(), dtype, x, y)
+        if dtype == np.bool_:
+            return getattr(self.op, bool_op)(x, y)
+        wide = kernels.kernel_dtype(op_type, dtype)
+        if wide == dtype:
+            return getattr(self.op, op_type)(x, y)
+        out = getattr(self.op, op_type)(
+            self._as_dtype(x, dtype, wide), self._as_dtype(y, dtype, wide)
+        )
+        return self.cast(out, dtype)
+
+    def _operand_dtype(self, what: str, dtype: Any, *values: Any) -> np.dtype:
+        if dtype is not None:
+            return np.dtype(dtype)
+        for value in values:
+            if isinstance(value, ir.Value) and value.dtype is not None:
+                return np.dtype(value.dtype.numpy())
+        raise self.error(f"ctx.{what}: pass dtype= when no operand is an ONNX value")
+
+    def _as_dtype(self, v: Any, dtype: np.dtype, wide: np.dtype) -> Any:
+        if _is_number(v):
+            return np.asarray(v, dtype).astype(wide)
+        return self.cast(v, wide)
+
+    # -- nested computations -----------------------------------------------------------
+    def inline(self, closed: Any, inputs: Sequence[ir.Value]) -> list[ir.Value]:
+        """Lower a sub-jaxpr into the current graph and return its outputs."""
+        return self.scope.lower_jaxpr(closed, inputs)
+
+    def trace(self, fn: Callable[..., Any], *specs: Any, **params: Any) -> Any:
+        """``fn(*specs, **params)`` traced to a ClosedJaxpr, checked for missing lowerings.
+
+        ``specs`` are avals or ``jax.ShapeDtypeStruct``s. Use this (never
+        ``jax.make_jaxpr``) to build the jaxpr of a subgraph or decomposition:
+        a primitive no plugin lowers is reported with the user's source line.
+        """
+        structs = [jax.ShapeDtypeStruct(s.shape, s.dtype) for s in specs]
+        target = functools.partial(fn, **params) if params else fn
+        return self.scope.conversion.retrace(target, structs)
+
+    def decompose(self, fn: Callable[..., Any], *inputs: ir.Value, **params: Any) -> Any:
+        """Inline JAX's own computation ``fn(*inputs, **params)`` into this graph.
+
+        ``fn`` is traced on the avals of this equation's inputs and the result is
+        lowered by the loaded rules: the fallback for dtypes or forms a rule's
+        single ONNX op does not cover, with exactly JAX's numbers.
+        """
+        closed = self.trace(fn, *self.avals_in[: len(inputs)], **params)
+        outs = self.inline(closed, list(inputs))
+        return outs[0] if len(outs) == 1 else outs
+
+    def fallback(self, *inputs: ir.Value, **params: Any) -> Any:
+        """This equation computed as JAX computes it: its fallback, inlined.
+
+        The fallback is the rule's ``fallback=`` (or the macro primitive's
+        ``impl``), called with this equation's inputs and parameters; pass
+        ``inputs`` or keyword ``params`` to replace some of them.
+        """
+        name = self.eqn.primitive.name
+        fn = self.scope.conversion.registry.fallback(name)
+        if fn is None:
+            raise self.error(
+                "ctx.fallback(): the primitive has no fallback; register the rule with "
+                "fallback=<JAX function> or make it with rules.primitive(impl=...)"
+            )
+        merged = {**self.eqn.params, **params}
+        return self.decompose(fn, *(inputs or self.inputs), **merged)
+
+    def subgraph(self, name: str) -> SubgraphBuilder:
+        """Start a nested graph (an If/Loop/Scan body) that sees this scope's values."""
+        return SubgraphBuilder(self.scope.child(), name)
+
+
+class SubgraphBuilder:
+    """Builds one nested ONNX graph: add inputs, lower into it, finish with outputs."""
+
+    def __init__(self, scope: GraphScope, name: str) -> None:
+        self.scope = scope
+        self.name = name
+        self.ctx = LoweringContext(scope)
+        self.op = self.ctx.op
+
+    def add_input(self, dtype: Any, shape: Sequence[Any] = ()) -> ir.Value:
+        return self.scope.add_input(self.scope.conversion.fresh(f"{self.name}_in"), dtype, shape)
+
+    def inline(self, closed: Any, inputs: Sequence[ir.Value]) -> list[ir.Value]:
+        return self.scope.lower_jaxpr(closed, inputs)
+
+    def finish(self, outputs: Sequence[ir.Value], avals: Sequence[Any] | None = None) -> ir.Graph:
+        """The finished graph; every output gets its own value (Identity where shared)."""
+        outs = self.scope.finish_outputs(outputs, avals)
+        return ir.Graph(
+            self.scope.inputs,
+            outs,
+            nodes=self.scope.nodes,
+            initializers=self.scope.initializers,
+            name=self.name,
+        )

@@ -1,0 +1,106 @@
+"""Step 4b: channels-first graph inputs and outputs for a channels-last function.
+
+``inputs_as_nchw`` / ``outputs_as_nchw`` name graph inputs and outputs (by
+position or name) whose layout outside the model is (N, C, spatial...) while
+the function computes in (N, spatial..., C). This step rewrites the lowered
+model: such an input gets the channels-first shape and a ``Transpose`` to the
+layout the graph reads; such an output is transposed back. The transpose
+passes then merge these with the layout changes inside the graph.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from jax2onnx._ir import ir
+
+
+def to_nchw(shape: Sequence[Any]) -> list[Any]:
+    """Channels-last order -> channels-first: (N, *spatial, C) -> (N, C, *spatial)."""
+    shape = list(shape)
+    return [shape[0], shape[-1], *shape[1:-1]]
+
+
+def _to_nhwc_perm(rank: int) -> list[int]:
+    return [0, *range(2, rank), 1]
+
+
+def _transpose(value: ir.Value, perm: list[int], name: str) -> ir.Node:
+    return ir.Node("", "Transpose", [value], attributes=[ir.AttrInt64s("perm", perm)], name=name)
+
+
+def positions(
+    argument: str, wanted: Sequence[int | str] | None, values: Sequence[ir.Value]
+) -> list[int]:
+    """Indices named by ``inputs_as_nchw``/``outputs_as_nchw`` (positions or names)."""
+    names = [v.name for v in values]
+    found: list[int] = []
+    for item in wanted or ():
+        if isinstance(item, str):
+            if item not in names:
+                raise ValueError(f"{argument}: no graph input/output named {item!r}; have {names}")
+            index = names.index(item)
+        elif isinstance(item, int) and not isinstance(item, bool) and 0 <= item < len(names):
+            index = item
+        else:
+            raise ValueError(f"{argument}: {item!r} is not a name or a position < {len(names)}")
+        rank = len(values[index].shape)
+        if rank < 3:
+            raise ValueError(
+                f"{argument}: {names[index]!r} has rank {rank}; the NCHW adaptor needs "
+                "(N, spatial..., C) with rank >= 3"
+            )
+        if index not in found:
+            found.append(index)
+    return found
+
+
+def adapt_nchw(
+    model: ir.Model,
+    inputs_as_nchw: Sequence[int | str] | None,
+    outputs_as_nchw: Sequence[int | str] | None,
+) -> ir.Model:
+    """Give the named inputs and outputs of ``model`` the channels-first layout."""
+    graph = model.graph
+    inputs = positions("inputs_as_nchw", inputs_as_nchw, list(graph.inputs))
+    outputs = positions("outputs_as_nchw", outputs_as_nchw, list(graph.outputs))
+    for i in inputs:
+        inside = graph.inputs[i]
+        rank = len(inside.shape)
+        outside = ir.Value(
+            name=inside.name, type=inside.type, shape=ir.Shape(to_nchw(inside.shape))
+        )
+        inside.name = f"{outside.name}_nhwc"
+        node = ir.Node(
+            "",
+            "Transpose",
+            [outside],
+            attributes=[ir.AttrInt64s("perm", _to_nhwc_perm(rank))],
+            name=f"{outside.name}_to_nhwc",
+        )
+        transposed = node.outputs[0]
+        transposed.name, transposed.type, transposed.shape = inside.name, inside.type, inside.shape
+        ir.convenience.replace_all_uses_with(inside, transposed, replace_graph_outputs=True)
+        graph.inputs[i] = outside
+        if len(graph):
+            graph.insert_before(graph[0], node)
+        else:
+            graph.append(node)
+    for i in outputs:
+        result = graph.outputs[i]
+        rank = len(result.shape)
+        name = result.name
+        result.name = f"{name}_nhwc"
+        node = ir.Node(
+            "",
+            "Transpose",
+            [result],
+            attributes=[ir.AttrInt64s("perm", to_nchw(range(rank)))],
+            name=f"{name}_to_nchw",
+        )
+        out = node.outputs[0]
+        out.name, out.type, out.shape = name, result.type, ir.Shape(to_nchw(result.shape))
+        graph.append(node)
+        graph.outputs[i] = out
+    return model

@@ -1,0 +1,189 @@
+"""``FoldConstantsPass``: nodes of initializers computed at conversion time (same bits)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from jax2onnx._ir import ir
+from jax2onnx.dtypes import exact_cast
+
+_FLOATS = frozenset((np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64)))
+_INTS = frozenset(
+    np.dtype(t) for t in ("int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64")
+) | {np.dtype(bool)}
+
+
+def _fold_reshape(node, data, shape):
+    allow_zero = node.attributes.get("allowzero")
+    target = [int(d) for d in shape]
+    if not (allow_zero is not None and allow_zero.as_int()):
+        target = [data.shape[i] if d == 0 else d for i, d in enumerate(target)]
+    return data.reshape(target)
+
+
+def _axes(node, given):
+    if given is not None:
+        return [int(a) for a in given]
+    attr = node.attributes.get("axes")
+    return None if attr is None else list(attr.as_ints())
+
+
+def _fold_unsqueeze(node, data, axes=None):
+    axes = _axes(node, axes)
+    rank = data.ndim + len(axes)
+    return data.reshape(_unsqueezed(data.shape, sorted(a % rank for a in axes)))
+
+
+def _unsqueezed(shape, axes):
+    shape = list(shape)
+    for axis in axes:
+        shape.insert(axis, 1)
+    return shape
+
+
+def _fold_squeeze(node, data, axes=None):
+    axes = _axes(node, axes)
+    return np.squeeze(data, axis=None if axes is None else tuple(axes))
+
+
+def _fold_transpose(node, data):
+    perm = node.attributes.get("perm")
+    return np.transpose(data, None if perm is None else list(perm.as_ints()))
+
+
+def _fold_cast(node, data):
+    target = ir.DataType(node.attributes["to"].as_int())
+    if target == ir.DataType.BFLOAT16:
+        return None
+    return exact_cast(data, target.numpy())
+
+
+def _arith(fn, *, integers: bool):
+    """Elementwise arithmetic; integers wrap in NumPy as in ONNX Runtime."""
+    kinds = _FLOATS | _INTS if integers else _FLOATS
+
+    def fold(node, *arrays):
+        if any(a.dtype not in kinds for a in arrays) or len({a.dtype for a in arrays}) != 1:
+            return None
+        with np.errstate(all="ignore"):
+            return np.asarray(fn(*arrays), dtype=arrays[0].dtype)
+
+    return fold
+
+
+def _fold_clip(node, data, low=None, high=None):
+    if any(b is not None and b.dtype != data.dtype for b in (low, high)):
+        return None
+    if data.dtype not in _FLOATS | _INTS:
+        return None
+    out = data
+    if low is not None:
+        out = np.where(out < low, low, out)
+    if high is not None:
+        out = np.where(out > high, high, out)
+    return np.asarray(out, dtype=data.dtype)
+
+
+def _fold_where(node, condition, x, y):
+    if condition.dtype != np.dtype(bool) or x.dtype != y.dtype:
+        return None
+    return np.where(condition, x, y)
+
+
+def _fold_gather(node, data, indices):
+    axis = node.attributes.get("axis")
+    axis = 0 if axis is None else axis.as_int()
+    size = data.shape[axis]
+    if indices.dtype.kind not in "iu" or np.any(indices >= size) or np.any(indices < -size):
+        return None  # ONNX Runtime rejects out-of-range indices at run time; keep that
+    return np.take(data, indices.astype(np.int64), axis=axis)
+
+
+def _compare(fn):
+    def fold(node, a, b):
+        if a.dtype != b.dtype:
+            return None
+        return fn(a, b)
+
+    return fold
+
+
+def _logical(fn):
+    def fold(node, *arrays):
+        if any(a.dtype != np.dtype(bool) for a in arrays):
+            return None
+        return fn(*arrays)
+
+    return fold
+
+
+_FOLDERS = {
+    "Less": _compare(np.less),
+    "LessOrEqual": _compare(np.less_equal),
+    "Greater": _compare(np.greater),
+    "GreaterOrEqual": _compare(np.greater_equal),
+    "Equal": _compare(np.equal),
+    "And": _logical(np.logical_and),
+    "Or": _logical(np.logical_or),
+    "Not": _logical(np.logical_not),
+    "Where": _fold_where,
+    "Gather": _fold_gather,
+    "Reshape": _fold_reshape,
+    "Unsqueeze": _fold_unsqueeze,
+    "Squeeze": _fold_squeeze,
+    "Transpose": _fold_transpose,
+    "Cast": _fold_cast,
+    "Add": _arith(np.add, integers=True),
+    "Sub": _arith(np.subtract, integers=True),
+    "Mul": _arith(np.multiply, integers=True),
+    "Neg": _arith(np.negative, integers=True),
+    "Div": _arith(np.divide, integers=False),
+    "Sqrt": _arith(np.sqrt, integers=False),
+    "Reciprocal": _arith(np.reciprocal, integers=False),
+    "Clip": _fold_clip,
+}
+
+
+class FoldConstantsPass(ir.passes.InPlacePass):
+    """Replace a node whose inputs are all initializers by an initializer of its result.
+
+    Only for layout ops and correctly rounded float arithmetic (IEEE ``+ - * /
+    sqrt`` give the same bits in NumPy and ONNX Runtime), and only when the
+    result is no larger than its largest input, so folding never grows the
+    model (a broadcasting ``Add`` that would expand a constant stays).
+    """
+
+    def call(self, model: ir.Model) -> ir.passes.PassResult:
+        graph = model.graph
+        outputs = {id(v) for v in graph.outputs}
+        modified = False
+        for node in list(graph):
+            fold = _FOLDERS.get(node.op_type)
+            if fold is None or node.domain not in ("", "ai.onnx") or len(node.outputs) != 1:
+                continue
+            if not node.inputs or any(
+                v is not None and (v.const_value is None or v.is_graph_input()) for v in node.inputs
+            ):
+                continue
+            arrays = [None if v is None else v.const_value.numpy() for v in node.inputs]
+            if node.op_type not in ("Unsqueeze", "Squeeze", "Clip") and any(
+                a is None for a in arrays
+            ):
+                continue
+            result = fold(node, *arrays)
+            old = node.outputs[0]
+            if result is None or id(old) in outputs:
+                continue
+            if result.size > max(a.size for a in arrays if a is not None):
+                continue
+            new = ir.Value(
+                name=old.name,
+                type=ir.TensorType(ir.DataType.from_numpy(result.dtype)),
+                shape=ir.Shape(result.shape),
+                const_value=ir.Tensor(np.asarray(result, order="C"), name=old.name),
+            )
+            ir.convenience.replace_all_uses_with(old, new)
+            graph.remove(node, safe=True)
+            graph.register_initializer(new)
+            modified = True
+        return ir.passes.PassResult(model, modified)

@@ -1,0 +1,31 @@
+"""jax2onnx-testkit as a jax2onnx plugin: the ``jax2onnx coverage`` command.
+
+It lowers nothing; it adds a subcommand through the ``jax2onnx_commands``
+hook, the way any plugin extends the command line.
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any, TextIO
+
+from jax2onnx.plugin import hookimpl
+
+
+def cmd_coverage(args: argparse.Namespace, out: TextIO) -> int:
+    from jax2onnx_testkit.coverage import coverage, render
+
+    out.write(render(coverage(args.plugin or None), markdown=args.markdown))
+    return 0
+
+
+@hookimpl
+def jax2onnx_commands(commands: Any) -> None:
+    cover = commands.add_parser(
+        "coverage",
+        help="each lowered primitive with its ONNX ops, dtypes and case count",
+        description="Converts every case once to see which ONNX ops each rule emits.",
+    )
+    cover.add_argument("--plugin", action="append", help="only this plugin (repeatable)")
+    cover.add_argument("--markdown", action="store_true", help="the docs/coverage.md form")
+    cover.set_defaults(run=cmd_coverage)
