@@ -262,9 +262,9 @@ def test_a_primitive_inside_library_code_is_reported_at_the_users_call():
 
 
 def test_missing_jax_primitive_names_the_distribution_that_provides_it():
-    from jax2onnx.unsupported import check_supported
     from jax2onnx.loading import PluginSet
     from jax2onnx.registry import Registry
+    from jax2onnx.unsupported import check_supported
 
     closed = jax.make_jaxpr(lambda x: lax.cumsum(jnp.sin(x), axis=0))(np.zeros(3, np.float32))
     without_lax = PluginSet.load(environ={"JAX2ONNX_DISABLE_PLUGIN_AUTOLOAD": "1"})

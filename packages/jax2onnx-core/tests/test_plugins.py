@@ -371,3 +371,34 @@ def test_every_hookspec_is_documented_in_the_plugin_guide():
     text = DOCS_PAGE.read_text(encoding="utf-8")
     missing = [name for name in _hookspecs() if name not in text]
     assert not missing, f"docs/plugins.md does not document hooks {missing}"
+
+
+# -- commands from plugins --------------------------------------------------------------------
+
+
+def test_a_plugin_adds_a_command_through_the_commands_hook(fixture_plugins):
+    import io
+
+    from jax2onnx import cli
+
+    plugin_set = load([ep("good", "j2o_fixture_good")])
+    args = cli.build_parser(plugin_set).parse_args(["hello", "world"])
+    out = io.StringIO()
+    assert args.run(args, out) == 0
+    assert out.getvalue() == "hello world\n"
+    without = load(JAX2ONNX_DISABLE_PLUGIN_AUTOLOAD="1")
+    with pytest.raises(SystemExit):
+        cli.build_parser(without).parse_args(["hello", "world"])
+
+
+def test_coverage_comes_from_the_testkit_plugin():
+    import io
+
+    from jax2onnx import cli
+
+    plugin_set = jax2onnx.plugins()
+    assert "testkit" in {p.name for p in plugin_set.plugins}
+    args = cli.build_parser(plugin_set).parse_args(["coverage", "--plugin", "myops"])
+    out = io.StringIO()
+    assert args.run(args, out) == 0
+    assert "myops.swish_gate" in out.getvalue()

@@ -31,7 +31,7 @@ def branchy(ctx, pred, x):
     graphs = []
     for name, fn in (("then", jnp.tanh), ("else", lambda v: -v * 2.0)):
         body = ctx.subgraph(name)
-        (out,) = body.inline(jax.make_jaxpr(fn)(spec), [x])  # x comes from the outer scope
+        (out,) = body.inline(ctx.trace(fn, spec), [x])  # x comes from the outer scope
         graphs.append(body.finish([out], ctx.avals_out))
     return ctx.op.If(pred, then_branch=graphs[0], else_branch=graphs[1])
 

@@ -7,11 +7,13 @@ from typing import TYPE_CHECKING
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax2onnx.plugin import case
+from jax2onnx.plugin import Family, case, kernel_dtypes
 
 from jax2onnx_myops import ops
-from jax2onnx_myops._rules import rules
 from jax2onnx_myops.ops import softclip_p, swish_gate_p
+
+family = Family("myops")
+register = family.register
 
 if TYPE_CHECKING:  # onnx_ir loads with the converter, not with the plugin
     import onnx_ir as ir
@@ -22,8 +24,9 @@ def _swish_grad(x: jax.Array, gate: jax.Array) -> tuple[jax.Array, jax.Array]:
     return jax.grad(lambda a, b: ops.swish_gate(a, b, beta=1.5).sum(), argnums=(0, 1))(x, gate)
 
 
-@rules.lowering(
+@family.lowering(
     swish_gate_p,
+    native_dtypes=kernel_dtypes("Sigmoid"),  # other dtypes: JAX's computation, inlined
     cases=[
         case(
             "swish_gate",
@@ -51,6 +54,16 @@ def _swish_grad(x: jax.Array, gate: jax.Array) -> tuple[jax.Array, jax.Array]:
             expect=["Sigmoid -> Mul:Bx2x3"],
         ),
         case("swish_gate_grad", _swish_grad, [("B", 4), ("B", 4)], expect=["Sigmoid"]),
+        case(
+            "swish_gate_float16",
+            lambda x, g: ops.swish_gate(x, g, beta=0.5),
+            [(2, 3), (2, 3)],
+            dtypes=[np.float16, np.float16],
+            variants=["f32"],
+            # float16 is not among kernel_dtypes("Sigmoid"): the core inlines the primitive's
+            # impl, which jax2onnx-lax lowers op by op
+            counts={"Mul": 2, "Sigmoid": 1},
+        ),
     ],
 )
 def swish_gate(ctx: LoweringContext, x: ir.Value, gate: ir.Value, *, beta: float) -> ir.Value:
@@ -62,7 +75,7 @@ def swish_gate(ctx: LoweringContext, x: ir.Value, gate: ir.Value, *, beta: float
     return ctx.op.Mul(x, ctx.op.Sigmoid(z))
 
 
-@rules.lowering(
+@family.lowering(
     softclip_p,
     cases=[
         case(
@@ -91,6 +104,13 @@ def swish_gate(ctx: LoweringContext, x: ir.Value, gate: ir.Value, *, beta: float
             expect=["Max -> Div -> Add"],
         ),
         case(
+            "softclip_unit",
+            lambda x: ops.fused_softclip(x),
+            [("B", 5)],
+            variants=["f32"],
+            expect=["Softsign:Bx5"],
+        ),
+        case(
             "softclip_f64_input",
             lambda x: ops.fused_softclip(x, limit=1.0),
             [np.array([-4.0, -0.5, 0.0, 0.25, 8.0])],
@@ -101,10 +121,13 @@ def swish_gate(ctx: LoweringContext, x: ir.Value, gate: ir.Value, *, beta: float
 def softclip(ctx: LoweringContext, x: ir.Value, *, limit: float) -> ir.Value:
     """``x / (1 + |x| / limit)`` -> ``Abs -> Div(., limit) -> Add(., 1) -> Div(x, .)``.
 
-    (ONNX ``Softsign`` would be one node, but ONNX Runtime has it for float32 only.)
+    With ``limit == 1`` that is ONNX ``Softsign``: one node where ONNX Runtime
+    has the kernel (float32 only; ``ctx.has_kernel`` reads the core's table).
     """
+    if limit == 1.0 and ctx.has_kernel("Softsign", ctx.avals_in[0].dtype):
+        return ctx.op.Softsign(x)
     scaled = ctx.op.Div(ctx.op.Abs(x), float(limit))
     return ctx.op.Div(x, ctx.op.Add(scaled, 1.0))
 
 
-rules.intercept("jax2onnx_myops.ops.fused_softclip", softclip_p)
+family.intercept("jax2onnx_myops.ops.fused_softclip", softclip_p)

@@ -20,8 +20,10 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 from jax.interpreters import ad
+from jax2onnx.plugin import Family, batch_at_front
 
-from jax2onnx_myops._rules import rules
+family = Family("myops")
+register = family.register
 
 __all__ = ["fused_softclip", "softclip_p", "swish_gate", "swish_gate_p"]
 
@@ -34,12 +36,7 @@ def _swish_gate_batching(
     args: Sequence[jax.Array], dims: Sequence[int | None], *, beta: float
 ) -> tuple[jax.Array, int]:
     """Move both batch axes to the front (broadcasting an unbatched operand), bind again."""
-    size = next(a.shape[d] for a, d in zip(args, dims, strict=True) if d is not None)
-    front = [
-        jnp.broadcast_to(a, (size, *a.shape)) if d is None else jnp.moveaxis(a, d, 0)
-        for a, d in zip(args, dims, strict=True)
-    ]
-    return swish_gate_p.bind(*front, beta=beta), 0
+    return swish_gate_p.bind(*batch_at_front(args, dims), beta=beta), 0
 
 
 def _swish_gate_jvp(
@@ -64,7 +61,7 @@ def _swish_gate_jvp(
     return out, terms[0] if len(terms) == 1 else terms[0] + terms[1]
 
 
-swish_gate_p = rules.primitive(
+swish_gate_p = family.primitive(
     "swish_gate", impl=_swish_gate_impl, batching=_swish_gate_batching, jvp=_swish_gate_jvp
 )
 
@@ -104,6 +101,6 @@ def _softclip_jvp(
 
 # ``impl`` is the function object itself, so evaluating the primitive never
 # goes through the (possibly patched) module attribute.
-softclip_p = rules.primitive(
+softclip_p = family.primitive(
     "softclip", impl=fused_softclip, batching="elementwise", jvp=_softclip_jvp
 )

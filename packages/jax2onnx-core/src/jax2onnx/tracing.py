@@ -18,7 +18,6 @@ from typing import Any
 
 import jax
 
-from jax2onnx.context import UNKNOWN_SOURCE
 from jax2onnx.functions import exporting
 from jax2onnx.macro import default_binder
 from jax2onnx.rules import Interception
@@ -134,7 +133,7 @@ def retrace(
     specs: Sequence[Any],
     registry: Any,
     plugin_set: Any,
-    enclosing: str = UNKNOWN_SOURCE,
+    enclosing: str,
 ) -> Any:
     """Trace ``fn`` on ``specs`` while lowering (a decomposition, a subgraph body).
 

@@ -56,13 +56,20 @@ def iter_equations(jaxpr: Any, enclosing: str = UNKNOWN_SOURCE):
 
 
 def check_supported(
-    closed: Any, registry: Any, plugin_set: Any, enclosing: str = UNKNOWN_SOURCE
+    closed: Any, registry: Any, plugin_set: Any, enclosing: str | None = None
 ) -> None:
-    """Raise one error listing every primitive (in every sub-jaxpr) without a lowering."""
+    """Raise one error listing every primitive (in every sub-jaxpr) without a lowering.
+
+    ``enclosing`` is the user's line when ``closed`` is a lowering's own
+    computation (a decomposition, a subgraph body): the error names that line
+    first, then the line inside the lowering.
+    """
     missing: dict[str, tuple[Any, str]] = {}
-    for eqn, line in iter_equations(closed, enclosing):
+    for eqn, line in iter_equations(closed, enclosing or UNKNOWN_SOURCE):
         name = eqn.primitive.name
         if name not in registry and name not in missing:
+            if enclosing is not None and line != enclosing:
+                line = f"{enclosing}, in a lowering's decomposition at {line}"
             missing[name] = (eqn, line)
     if not missing:
         return
