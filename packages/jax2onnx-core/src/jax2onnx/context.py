@@ -155,7 +155,7 @@ class LoweringContext:
         if x.const_value is not None:
             folded = exact_cast(x.const_value.numpy(), dtype)
             if folded is not None:
-                return self.const(folded)
+                return self.const(folded, folded.dtype)
         return self.op.Cast(x, to=target)
 
     def transpose(self, x: ir.Value, perm: Sequence[int]) -> ir.Value:
@@ -164,7 +164,8 @@ class LoweringContext:
         if perm == list(range(len(perm))):
             return x
         if x.const_value is not None:
-            return self.const(np.transpose(x.const_value.numpy(), perm))
+            array = x.const_value.numpy()
+            return self.const(np.transpose(array, perm), array.dtype)
         return self.op.Transpose(x, perm=perm)
 
     def where(self, cond: ir.Value, a: Any, b: Any, dtype: Any = None) -> ir.Value:

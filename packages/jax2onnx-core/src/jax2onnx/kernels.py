@@ -56,7 +56,20 @@ KERNELS: dict[str, frozenset[np.dtype]] = {
     "LessOrEqual": _without(np.bool_),
     "Greater": _without(np.bool_),
     "GreaterOrEqual": _without(np.bool_),
-    "Clip": _without(np.int16, np.uint16),
+    "Clip": _without(np.bool_, np.int16, np.uint16),
+    "Pad": _without(np.int16, np.uint16),
+    "CumSum": _without(np.int8, np.uint8, np.int16, np.uint16, np.uint32, np.uint64),
+    # products
+    "MatMul": frozenset(
+        np.dtype(t)
+        for t in (np.float16, np.float32, np.float64, np.int32, np.int64, np.uint32, np.uint64)
+    ),
+    "Gemm": frozenset(np.dtype(t) for t in (np.float16, np.float32, np.float64)),
+    "Einsum": frozenset(
+        np.dtype(t) for t in (np.float16, np.float32, np.float64, np.int32, np.int64)
+    ),
+    "Conv": frozenset(np.dtype(t) for t in (np.float16, np.float32)),
+    "ConvTranspose": frozenset(np.dtype(t) for t in (np.float16, np.float32)),
     # activations and normalisations: floating point only
     "Relu": _FLOATS,
     "Sigmoid": _FLOATS,

@@ -359,6 +359,8 @@ def _result_dtype(op_type, domain, inputs, attributes) -> ir.DataType | None:
         return ir.DataType.BOOL
     if op_type in ("Shape", "Size"):
         return ir.DataType.INT64
+    if op_type in ("MatMulInteger", "ConvInteger"):
+        return ir.DataType.INT32
     if op_type == "Where" and len(inputs) > 1 and inputs[1] is not None:
         return inputs[1].dtype
     if op_type in _SAME_DTYPE and inputs and inputs[0] is not None:

@@ -44,31 +44,18 @@ from __future__ import annotations
 import functools
 import inspect
 import math
-from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jax2onnx.dims import is_symbolic
-from jax2onnx.errors import Jax2OnnxError
-from jax2onnx.plugin import call_arguments
-from jax2onnx_flax._rules import rules
+from jax2onnx.plugin import Family, Jax2OnnxError, call_arguments, is_symbolic
+from jax2onnx_flax._util import F32, F64, at_conversion, hashable_precision
 
-F32 = np.dtype(np.float32)
-F64 = np.dtype(np.float64)
+family = Family("flax")
+register = family.register
+
 _jax_dpa = jax.nn.dot_product_attention  # the original, captured before interception
-
-
-def _at_conversion(fn, *args, **kwargs):
-    """``fn(*args)`` evaluated now on concrete arrays (module arrays become initializers)."""
-    with jax.ensure_compile_time_eval():
-        return fn(*args, **kwargs)
-
-
-def _hashable(precision: Any) -> Any:
-    return tuple(precision) if isinstance(precision, list) else precision
-
 
 # -- reference semantics ---------------------------------------------------------
 
@@ -161,7 +148,7 @@ def _dpa_batching(args, dims, **params):
     return dpa_p.bind(*_move_batch(args, dims, 3, lambda q: q.ndim), **params), 0
 
 
-dpa_p = rules.primitive(
+dpa_p = family.primitive(
     "dot_product_attention", impl=_dpa_impl, batching=_dpa_batching, jvp="fallback"
 )
 
@@ -177,7 +164,7 @@ def _dpa_binder(original):
         if a["dropout_rate"] == 0.0 or not a["deterministic"] or a["module"] is not None:
             return original(*args, **kwargs)  # jax.nn's path (its own primitive), or random
         qkv = (a["query"], a["key"], a["value"])
-        q, k, v = _at_conversion(a["promote_dtype"], qkv, dtype=a["dtype"])
+        q, k, v = at_conversion(a["promote_dtype"], qkv, dtype=a["dtype"])
         bias, mask = a["bias"], a["mask"]
         if (
             q.shape[-1] != k.shape[-1]
@@ -195,13 +182,13 @@ def _dpa_binder(original):
             has_bias=bias is not None,
             has_mask=mask is not None,
             is_causal=bool(a["is_causal"]),
-            precision=_hashable(a["precision"]),
+            precision=hashable_precision(a["precision"]),
         )
 
     return call
 
 
-rules.intercept(
+family.intercept(
     "flax.nnx.dot_product_attention",
     dpa_p,
     binder=_dpa_binder,
@@ -209,7 +196,7 @@ rules.intercept(
 )
 
 
-@rules.lowering(dpa_p)
+@family.lowering(dpa_p)
 def dot_product_attention(ctx, query, key, value, *extra, has_bias, has_mask, is_causal, precision):
     """flax's attention weights: one Attention (opset >= 23), else MatMul/Softmax/MatMul."""
     q_aval, k_aval, v_aval = ctx.avals_in[:3]
@@ -293,7 +280,6 @@ def _attention_op(ctx, q3, k3, v3, bias4, mask4, g, is_causal, flax_softmax, dty
 def _decomposed(ctx, q3, k3, v3, bias4, mask4, g, is_causal, flax_softmax, dtype, big):
     """MatMul -> Softmax -> MatMul over ``(B, kv_heads, rep, T, .)`` (grouped heads)."""
     rep = g.heads // g.kv_heads
-    const = lambda v: ctx.const(np.asarray(v, np.int64))  # noqa: E731
     if flax_softmax:
         q3 = ctx.op.Div(q3, np.asarray(math.sqrt(g.head), dtype))
     q = ctx.op.Reshape(q3, ctx.shape([0, g.t_len, g.kv_heads, rep, g.head]))
@@ -323,7 +309,7 @@ def _decomposed(ctx, q3, k3, v3, bias4, mask4, g, is_causal, flax_softmax, dtype
     v = ctx.op.Reshape(v3, ctx.shape([0, g.s_len, g.kv_heads, 1, g.v_head]))
     v = ctx.op.Transpose(v, perm=[0, 2, 3, 1, 4])
     out = ctx.op.Transpose(ctx.op.MatMul(probs, v), perm=[0, 3, 1, 2, 4])
-    return ctx.op.Reshape(out, const([0, 0, -1]))
+    return ctx.op.Reshape(out, ctx.i64([0, 0, -1]))
 
 
 # -- nnx.MultiHeadAttention ------------------------------------------------------------
@@ -383,7 +369,7 @@ def _mha_batching(args, dims, **params):
     return mha_p.bind(*moved, *args[n:], **params), 0
 
 
-mha_p = rules.primitive(
+mha_p = family.primitive(
     "multi_head_attention", impl=_mha_impl, batching=_mha_batching, jvp="fallback"
 )
 
@@ -436,7 +422,7 @@ def _mha_binder(original):
         operands = [cast(xq), cast(xk), cast(xv)]
         if a["mask"] is not None:
             operands.append(jnp.asarray(a["mask"]).astype(bool))
-        operands += _at_conversion(lambda: [cast(x) for x in arrays if x is not None])
+        operands += at_conversion(lambda: [cast(x) for x in arrays if x is not None])
         ln = (self.query_ln, self.key_ln) if self.normalize_qk else ()
         return mha_p.bind(
             *operands,
@@ -449,7 +435,7 @@ def _mha_binder(original):
             flax_softmax=self.dropout_rate > 0.0,
             epsilon=tuple(float(m.epsilon) for m in ln),
             fast_variance=tuple(bool(m.use_fast_variance) for m in ln),
-            precision=_hashable(self.precision),
+            precision=hashable_precision(self.precision),
         )
 
     return call
@@ -489,13 +475,13 @@ def _mha_arrays(m):
         out += [jnp.reshape(kernel, (-1, kernel.shape[-1])), value(m.out.bias)]
         return out
 
-    return _at_conversion(get)
+    return at_conversion(get)
 
 
-rules.intercept("flax.nnx.MultiHeadAttention.__call__", mha_p, binder=_mha_binder)
+family.intercept("flax.nnx.MultiHeadAttention.__call__", mha_p, binder=_mha_binder)
 
 
-@rules.lowering(mha_p)
+@family.lowering(mha_p)
 def multi_head_attention(ctx, xq, xk, xv, *extra, **p):
     """Projections as MatMul + Add on (B, S, F), one Attention on (B, S, heads*head_dim)."""
     mask, wq, bq, wk, bk, wv, bv, sq, sk, wo, bo = _mha_layout(extra, p)
@@ -531,6 +517,6 @@ def multi_head_attention(ctx, xq, xk, xv, *extra, **p):
 
 def _qk_norm(ctx, x3, scale, heads, head, epsilon):
     """LayerNormalization over each head's features of a (B, S, heads*head) value."""
-    x = ctx.op.Reshape(x3, ctx.const(np.asarray([0, 0, heads, head], np.int64)))
+    x = ctx.op.Reshape(x3, ctx.i64([0, 0, heads, head]))
     y = ctx.op.LayerNormalization(x, scale, axis=-1, epsilon=epsilon)
-    return ctx.op.Reshape(y, ctx.const(np.asarray([0, 0, -1], np.int64)))
+    return ctx.op.Reshape(y, ctx.i64([0, 0, -1]))

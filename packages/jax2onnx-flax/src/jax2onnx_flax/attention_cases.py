@@ -8,9 +8,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jax2onnx.plugin import case
-from jax2onnx_flax._rules import rules
+from jax2onnx.plugin import Family, case
 from jax2onnx_flax.attention import dpa_p, mha_p
+
+family = Family("flax")
+register = family.register
 
 # -- cases ----------------------------------------------------------------------------
 
@@ -48,7 +50,7 @@ def _grad_of_sum(fn):
 _CAUSAL = dict(dropout_rate=0.1, deterministic=True, is_causal=True)
 _BOOL_4TH = [None, None, None, np.bool_]
 
-rules.add_cases(
+family.add_cases(
     dpa_p,
     [
         _dpa(  # jax.nn's path: the nn.dot_product_attention primitive
@@ -136,7 +138,7 @@ _X_MASK = dict(inputs=[("B", 6, 16), ("B", 1, 6, 6)], dtypes=[None, np.bool_])
 _MHA_GRAPH = "MatMul -> Add -> Attention -> MatMul -> Add:Bx6x16"
 _ROW_MASK = _MASK_ROW[:, :5][None, None]
 
-rules.add_cases(
+family.add_cases(
     mha_p,
     [
         _mha("mha_self", _X, expect=[_MHA_GRAPH], counts={**_ONE, "Reshape": 0}),

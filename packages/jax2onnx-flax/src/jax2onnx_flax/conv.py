@@ -31,10 +31,9 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from jax2onnx.dims import is_symbolic
-from jax2onnx.plugin import case
-from jax2onnx_flax._rules import rules
-from jax2onnx_flax.linear import (
+from jax2onnx.plugin import Family, case, is_symbolic
+from jax2onnx_flax._util import (
+    F32,
     at_conversion,
     grad_of_squares,
     hashable_precision,
@@ -42,7 +41,8 @@ from jax2onnx_flax.linear import (
     promoted,
 )
 
-F32 = np.dtype(np.float32)
+family = Family("flax")
+register = family.register
 _PAD_MODES = {"CIRCULAR": "wrap", "REFLECT": "reflect"}
 
 
@@ -130,7 +130,7 @@ def _conv(x, kernel, *bias, strides, padding, input_dilation, kernel_dilation, g
     return add_bias(y, bias)
 
 
-conv_p = rules.primitive(
+conv_p = family.primitive(
     "conv", impl=_conv, batching=merged_batch(lambda: conv_p, _conv), jvp="fallback"
 )
 
@@ -170,7 +170,7 @@ def _conv_binder(original):
     return call
 
 
-rules.intercept("flax.nnx.Conv.__call__", conv_p, binder=_conv_binder)
+family.intercept("flax.nnx.Conv.__call__", conv_p, binder=_conv_binder)
 
 
 def _conv_pads(ctx, padding, spatial, eff, strides):
@@ -197,7 +197,7 @@ def _conv_model(*args, wrap=None, **kwargs):
 F32_ONLY = ["f32"]  # cases showing the ONNX op: ORT has no float64 Conv (the *_f64 cases decompose)
 TRANSPOSE_IN_AND_OUT = {"Transpose": 2}
 
-rules.add_cases(
+family.add_cases(
     conv_p,
     [
         case(
@@ -366,21 +366,11 @@ rules.add_cases(
 )
 
 
-@rules.lowering(conv_p)
+@family.lowering(conv_p, native_dtypes=(F32,))  # ONNX Runtime has no float64 Conv
 def conv(
     ctx, x, kernel, *bias, strides, padding, input_dilation, kernel_dilation, groups, precision
 ):
     """Transpose -> [Pad] -> Conv(kernel permuted at conversion, B = bias) -> Transpose."""
-    from jax2onnx_lax._util import i64, permute
-
-    params = dict(
-        strides=strides,
-        padding=padding,
-        input_dilation=input_dilation,
-        kernel_dilation=kernel_dilation,
-        groups=groups,
-        precision=precision,
-    )
     x_aval, k_aval = ctx.avals_in[:2]
     n = k_aval.ndim - 2
     kernel_size = [int(k) for k in k_aval.shape[:n]]
@@ -388,21 +378,20 @@ def conv(
     spatial = x_aval.shape[1 : n + 1]
     pads = _conv_pads(ctx, padding, spatial, eff, strides)
     if (
-        np.dtype(x_aval.dtype) != F32
-        or any(d != 1 for d in input_dilation)
+        any(d != 1 for d in input_dilation)
         or pads is None
         or (padding == "CIRCULAR" and ctx.opset < 19)
     ):
-        return ctx.decompose(_conv, x, kernel, *bias, **params)
+        return ctx.fallback()
     xt = to_nchw(ctx, x, n)
     if padding in _PAD_MODES:
         lo = [(k - 1) // 2 for k in eff]
         hi = [k // 2 for k in eff]
-        xt = ctx.op.Pad(xt, i64(ctx, [0, 0, *lo, 0, 0, *hi]), mode=_PAD_MODES[padding])
+        xt = ctx.op.Pad(xt, ctx.i64([0, 0, *lo, 0, 0, *hi]), mode=_PAD_MODES[padding])
     conv_pads, auto_pad = pads
     y = ctx.op.Conv(
         xt,
-        permute(ctx, kernel, [n + 1, n, *range(n)]),
+        ctx.transpose(kernel, [n + 1, n, *range(n)]),
         *bias,
         kernel_shape=kernel_size,
         strides=list(strides),
@@ -432,7 +421,7 @@ def _conv_relu_stack(nnx):
     )
 
 
-rules.add_cases(
+family.add_cases(
     conv_p,
     [
         case(

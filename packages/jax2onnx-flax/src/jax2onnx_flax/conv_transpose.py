@@ -18,10 +18,16 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from jax2onnx.plugin import case
-from jax2onnx_flax._rules import rules
-from jax2onnx_flax.conv import (
+from jax2onnx.plugin import Family, case
+from jax2onnx_flax._util import (
     F32,
+    at_conversion,
+    grad_of_squares,
+    hashable_precision,
+    module_factory,
+    promoted,
+)
+from jax2onnx_flax.conv import (
     F32_ONLY,
     TRANSPOSE_IN_AND_OUT,
     add_bias,
@@ -31,13 +37,10 @@ from jax2onnx_flax.conv import (
     to_nchw,
     to_nhwc,
 )
-from jax2onnx_flax.linear import (
-    at_conversion,
-    grad_of_squares,
-    hashable_precision,
-    module_factory,
-    promoted,
-)
+from jax2onnx_lax.blocks import conv_transpose_kernel
+
+family = Family("flax")
+register = family.register
 
 # -- nnx.ConvTranspose -----------------------------------------------------------
 
@@ -60,7 +63,7 @@ def _conv_transpose(x, kernel, *bias, strides, padding, kernel_dilation, precisi
     return add_bias(y, bias)
 
 
-conv_transpose_p = rules.primitive(
+conv_transpose_p = family.primitive(
     "conv_transpose",
     impl=_conv_transpose,
     batching=merged_batch(lambda: conv_transpose_p, _conv_transpose),
@@ -131,14 +134,14 @@ def _conv_transpose_binder(original):
     return call
 
 
-rules.intercept("flax.nnx.ConvTranspose.__call__", conv_transpose_p, binder=_conv_transpose_binder)
+family.intercept("flax.nnx.ConvTranspose.__call__", conv_transpose_p, binder=_conv_transpose_binder)
 
 
 def _conv_t_model(*args, wrap=None, **kwargs):
     return module_factory(lambda nnx: nnx.ConvTranspose(*args, rngs=nnx.Rngs(0), **kwargs), wrap)
 
 
-rules.add_cases(
+family.add_cases(
     conv_transpose_p,
     [
         case(
@@ -242,7 +245,7 @@ rules.add_cases(
 )
 
 
-@rules.lowering(conv_transpose_p)
+@family.lowering(conv_transpose_p, native_dtypes=(F32,))  # ONNX Runtime: float32 only
 def conv_transpose(ctx, x, kernel, *bias, strides, padding, kernel_dilation, precision):
     """Transpose -> ConvTranspose(flipped (in, out, k...) kernel, B = bias) -> Transpose.
 
@@ -252,13 +255,7 @@ def conv_transpose(ctx, x, kernel, *bias, strides, padding, kernel_dilation, pre
     ``pads = eff - 1 - lo`` and, where ``hi`` exceeds ``eff - 1``, that much
     ``output_padding`` (zeros past the full convolution, as in lax).
     """
-    from jax2onnx_lax._util import permute
-    from jax2onnx_lax.blocks import conv_transpose_kernel
-
-    params = dict(
-        strides=strides, padding=padding, kernel_dilation=kernel_dilation, precision=precision
-    )
-    x_aval, k_aval = ctx.avals_in[:2]
+    k_aval = ctx.avals_in[1]
     n = k_aval.ndim - 2
     kernel_size = [int(k) for k in k_aval.shape[:n]]
     eff = [(k - 1) * d + 1 for k, d in zip(kernel_size, kernel_dilation)]
@@ -269,14 +266,11 @@ def conv_transpose(ctx, x, kernel, *bias, strides, padding, kernel_dilation, pre
     begin = [e - 1 - lo for e, (lo, _) in zip(eff, pairs)]
     end = [max(e - 1 - hi, 0) for e, (_, hi) in zip(eff, pairs)]
     extra = [max(hi - (e - 1), 0) for e, (_, hi) in zip(eff, pairs)]
-    if (
-        np.dtype(x_aval.dtype) != F32
-        or any(b < 0 for b in begin)
-        or any(o >= max(s, d) for o, s, d in zip(extra, strides, kernel_dilation))
-    ):
-        return ctx.decompose(_conv_transpose, x, kernel, *bias, **params)
+    too_wide = any(o >= max(s, d) for o, s, d in zip(extra, strides, kernel_dilation))
+    if too_wide or any(b < 0 for b in begin):
+        return ctx.fallback()
     kshape = [k_aval.shape[n + 1], k_aval.shape[n], *kernel_size]
-    weight = conv_transpose_kernel(ctx, permute(ctx, kernel, [n + 1, n, *range(n)]), kshape, 1)
+    weight = conv_transpose_kernel(ctx, ctx.transpose(kernel, [n + 1, n, *range(n)]), kshape, 1)
     y = ctx.op.ConvTranspose(
         to_nchw(ctx, x, n),
         weight,

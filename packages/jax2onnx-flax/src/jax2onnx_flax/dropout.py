@@ -15,9 +15,11 @@ import jax.numpy as jnp
 import numpy as np
 from jax.interpreters import ad, batching
 
-from jax2onnx.plugin import case
-from jax2onnx_flax._rules import rules
-from jax2onnx_flax.norm import _cases, _const
+from jax2onnx.plugin import Family, case
+from jax2onnx_flax._util import const_value, factory_cases
+
+family = Family("flax")
+register = family.register
 
 # -- Dropout ------------------------------------------------------------------------
 
@@ -62,7 +64,7 @@ def _dropout_jvp(primals, tangents, *, rate, broadcast_dims):
     return [y, mask], [dy, ad.Zero(jax.typeof(mask).to_tangent_aval())]
 
 
-dropout_p = rules.primitive(
+dropout_p = family.primitive(
     "dropout",
     impl=_dropout_impl,
     batching=_dropout_batching,
@@ -87,7 +89,7 @@ def _bind_dropout(original):
     return call
 
 
-rules.intercept("flax.nnx.Dropout.__call__", dropout_p, binder=_bind_dropout)
+family.intercept("flax.nnx.Dropout.__call__", dropout_p, binder=_bind_dropout)
 
 
 def _dropout_module(rate=0.5, **kwargs):
@@ -182,10 +184,10 @@ _DROPOUT_CASES = [
 _FLAGS = np.array([True, False, True, False])
 
 
-@rules.lowering(
+@family.lowering(
     dropout_p,
     cases=[
-        *_cases(_DROPOUT_CASES),
+        *factory_cases(_DROPOUT_CASES),
         case(
             "dropout_vmap_flags",
             _dropout_flags,
@@ -203,7 +205,7 @@ def dropout(ctx, x, deterministic, *, rate, broadcast_dims):
     output cannot feed a Mul: ONNX Runtime 1.31 then fails to build the session).
     """
     dt = np.dtype(ctx.avals_in[0].dtype)
-    flag = _const(deterministic)
+    flag = const_value(deterministic)
     training = ctx.op.Not(deterministic) if flag is None else ctx.const(np.logical_not(flag))
     ratio = np.asarray(rate, dt)
     if not broadcast_dims:

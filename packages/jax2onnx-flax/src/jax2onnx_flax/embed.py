@@ -18,9 +18,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jax2onnx.plugin import case
-from jax2onnx_flax._rules import rules
-from jax2onnx_flax.linear import at_conversion, module_factory, native, promoted, x_batched
+from jax2onnx.plugin import Family, case
+from jax2onnx_flax._util import FLOATS, at_conversion, module_factory, promoted, x_batched
+
+family = Family("flax")
+register = family.register
 
 # -- nnx.Embed -------------------------------------------------------------------
 
@@ -33,7 +35,7 @@ def _bind_embed(indices, table):
     return embed_p.bind(indices, table), 0
 
 
-embed_p = rules.primitive(
+embed_p = family.primitive(
     "embed", impl=_embed, batching=x_batched(_embed, _bind_embed), jvp="fallback"
 )
 
@@ -55,7 +57,7 @@ def _embed_binder(original):
     return call
 
 
-rules.intercept("flax.nnx.Embed.__call__", embed_p, binder=_embed_binder)
+family.intercept("flax.nnx.Embed.__call__", embed_p, binder=_embed_binder)
 
 
 def _attend(query, table, *, precision=None):
@@ -66,7 +68,7 @@ def _bind_attend(query, table, **params):
     return attend_p.bind(query, table, **params), 0
 
 
-attend_p = rules.primitive(
+attend_p = family.primitive(
     "embed_attend", impl=_attend, batching=x_batched(_attend, _bind_attend), jvp="fallback"
 )
 
@@ -82,7 +84,7 @@ def _attend_binder(original):
     return call
 
 
-rules.intercept("flax.nnx.Embed.attend", attend_p, binder=_attend_binder)
+family.intercept("flax.nnx.Embed.attend", attend_p, binder=_attend_binder)
 
 
 def _embed_model(nnx):
@@ -93,7 +95,7 @@ _F32_TOLERANCE = (1e-5, 1e-5)
 _EDGE_INDICES = np.array([[0, 5, -1, -6, -7, 6], [100, -100, 3, 2, 1, 0]], np.int32)
 _I32 = [np.int32]
 
-rules.add_cases(
+family.add_cases(
     embed_p,
     [
         case(
@@ -140,7 +142,7 @@ rules.add_cases(
 )
 
 
-@rules.lowering(embed_p)
+@family.lowering(embed_p)
 def embed(ctx, indices, table):
     """One Gather of the table; out-of-range rows are JAX's fill value.
 
@@ -150,13 +152,11 @@ def embed(ctx, indices, table):
     indices are clamped into range (Where) and the fill is applied after the
     Gather (Where on the row's validity).
     """
-    from jax2onnx_lax._util import cast, where
-
     idx_dtype = np.dtype(ctx.avals_in[0].dtype)
     table_dtype = np.dtype(ctx.avals_in[1].dtype)
     n = int(ctx.avals_in[1].shape[0])
     if idx_dtype not in (np.dtype(np.int32), np.dtype(np.int64)):
-        indices = cast(ctx, indices, np.int64)
+        indices = ctx.cast(indices, np.int64)
         idx_dtype = np.dtype(np.int64)
     valid = ctx.op.Less(indices, np.asarray(n, idx_dtype))
     if np.dtype(ctx.avals_in[0].dtype).kind == "i":
@@ -169,11 +169,11 @@ def embed(ctx, indices, table):
         fill = np.asarray(np.iinfo(table_dtype).min, table_dtype)
     else:
         fill = np.asarray(np.iinfo(table_dtype).max if table_dtype.kind == "u" else True)
-    mask = ctx.op.Unsqueeze(valid, ctx.const(np.asarray([-1], np.int64)))
-    return where(ctx, mask, rows, fill.astype(table_dtype), table_dtype)
+    mask = ctx.op.Unsqueeze(valid, ctx.i64([-1]))
+    return ctx.where(mask, rows, fill.astype(table_dtype), dtype=table_dtype)
 
 
-rules.add_cases(
+family.add_cases(
     attend_p,
     [
         case(
@@ -213,20 +213,18 @@ rules.add_cases(
 )
 
 
-@rules.lowering(attend_p)
+@family.lowering(attend_p, native_dtypes=FLOATS)
 def attend(ctx, query, table, *, precision=None):
     """``query @ table.T`` as Gemm(transB=1): the table is used as stored, never copied.
 
     Queries of other ranks reshape to 2-D around the Gemm (``[-1, features]``
     and back, symbolic dims included) rather than transposing the table.
     """
-    if not native(ctx):
-        return ctx.decompose(_attend, query, table, precision=precision)
     q_aval = ctx.avals_in[0]
     if q_aval.ndim == 2:
         return ctx.op.Gemm(query, table, transB=1)
     features = int(q_aval.shape[-1])
-    flat = ctx.op.Reshape(query, ctx.const(np.asarray([-1, features], np.int64)))
+    flat = ctx.op.Reshape(query, ctx.i64([-1, features]))
     y = ctx.op.Gemm(flat, table, transB=1)
     return ctx.op.Reshape(y, _target_shape(ctx, ctx.avals_out[0].shape))
 
@@ -236,5 +234,5 @@ def _target_shape(ctx, dims):
     symbolic = [i for i, d in enumerate(dims) if not isinstance(d, (int, np.integer))]
     if len(symbolic) == 1:
         target = [-1 if i == symbolic[0] else int(d) for i, d in enumerate(dims)]
-        return ctx.const(np.asarray(target, np.int64))
+        return ctx.i64(target)
     return ctx.shape(dims)

@@ -12,9 +12,11 @@ from typing import Any
 
 import numpy as np
 
-from jax2onnx.plugin import case
+from jax2onnx.plugin import Family, case
 from jax2onnx_flax import models
-from jax2onnx_flax._rules import rules
+
+family = Family("flax")
+register = family.register
 
 _SRC, _TGT = 6, 5  # encoder and decoder sequence lengths
 _SEQ = 8  # GPT-2 tokens
@@ -108,7 +110,7 @@ def _model_cases(name: str, make: Any, make_training: Any, inputs: list, **kwarg
     ]
 
 
-rules.add_cases(
+family.add_cases(
     "models",
     [
         *_model_cases(

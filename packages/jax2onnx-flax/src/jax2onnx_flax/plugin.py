@@ -10,27 +10,35 @@ first, since an object cannot be an NNX module unless Flax is loaded.
 
 from __future__ import annotations
 
+import importlib
 import sys
 from typing import Any
 
 from jax2onnx.plugin import PrepareConfig, Prepared, Rules, hookimpl
-from jax2onnx_flax import (  # noqa: F401 - importing a family module registers its rules
-    attention,
-    attention_cases,
-    conv,
-    conv_transpose,
-    dropout,
-    embed,
-    linear,
-    model_cases,
-    norm,
-    pooling,
+
+# the family modules, imported by name when the rules are built
+FAMILIES = (
+    "attention",
+    "attention_cases",
+    "linear",
+    "einsum",
+    "conv",
+    "conv_transpose",
+    "norm",
+    "layer_norm",
+    "dropout",
+    "embed",
+    "model_cases",
+    "pooling",
 )
-from jax2onnx_flax._rules import rules
 
 
 @hookimpl
 def jax2onnx_rules() -> Rules:
+    """A new Rules with every family module's declarations."""
+    rules = Rules("flax")
+    for name in FAMILIES:
+        importlib.import_module(f"{__package__}.{name}").register(rules)
     return rules
 
 

@@ -28,12 +28,11 @@ import numpy as np
 from jax import lax
 from jax.interpreters import batching
 
-from jax2onnx.dims import is_symbolic
-from jax2onnx.plugin import call_arguments, case
-from jax2onnx_flax._rules import rules
+from jax2onnx.plugin import Family, call_arguments, case, is_symbolic, kernel_dtypes
 from jax2onnx_lax.blocks import nan_exact_max_pool
 
-F32, F64 = np.dtype(np.float32), np.dtype(np.float64)
+family = Family("flax")
+register = family.register
 
 
 def _impl(name):
@@ -96,8 +95,10 @@ def _binder(prim):
 
 def _pool_primitive(name):
     impl = _impl(name)
-    prim = rules.primitive(name, impl=impl, batching=_front_batching(lambda: prim), jvp="fallback")
-    rules.intercept(f"flax.nnx.{name}", prim, binder=_binder(prim), aliases=(f"flax.linen.{name}",))
+    prim = family.primitive(name, impl=impl, batching=_front_batching(lambda: prim), jvp="fallback")
+    family.intercept(
+        f"flax.nnx.{name}", prim, binder=_binder(prim), aliases=(f"flax.linen.{name}",)
+    )
     return prim
 
 
@@ -139,21 +140,22 @@ def _channels_first(ctx, x, pool):
     perm = [*range(nb), ndim - 1, *range(nb, ndim - 1)]
     y = ctx.op.Transpose(x, perm=perm)
     if nb == 0:
-        y = ctx.op.Unsqueeze(y, ctx.const(np.asarray([0], np.int64)))
+        y = ctx.op.Unsqueeze(y, ctx.i64([0]))
     elif nb > 1:
-        y = ctx.op.Reshape(y, ctx.const(np.asarray([-1, *[shape[a] for a in perm[nb:]]], np.int64)))
+        y = ctx.op.Reshape(y, ctx.i64([-1, *[shape[a] for a in perm[nb:]]]))
     y = pool(y)
     if nb == 0:
-        y = ctx.op.Squeeze(y, ctx.const(np.asarray([0], np.int64)))
+        y = ctx.op.Squeeze(y, ctx.i64([0]))
     elif nb > 1:
         y = ctx.op.Reshape(y, ctx.shape([out_shape[a] for a in perm]))
     return ctx.op.Transpose(y, perm=[int(i) for i in np.argsort(perm)])
 
 
-def _lowerable(ctx, dtypes, window, strides, padding):
+def _lowerable(ctx, window, strides, padding):
+    """The pool's ONNX attributes, or None when the input's layout or padding does not fit."""
     shape = ctx.avals_in[0].shape
     nb = len(shape) - len(window) - 1
-    if np.dtype(ctx.avals_in[0].dtype) not in dtypes or nb < 0:
+    if nb < 0:
         return None
     if nb > 1 and any(is_symbolic(d) for d in shape[nb:]):
         return None
@@ -180,7 +182,6 @@ def _pool(module, name, *args, **kwargs):
 
 
 _nnx = functools.partial(_pool, "nnx")
-_linen = functools.partial(_pool, "linen")
 
 
 def _case(*args, **kwargs):
@@ -228,8 +229,9 @@ def _common(name, op, **f32):
 # -- lowerings ----------------------------------------------------------------------
 
 
-@rules.lowering(
+@family.lowering(
     avg_pool_p,
+    native_dtypes=kernel_dtypes("AveragePool"),
     cases=[
         *_common("avg_pool", "AveragePool", variants=["f32"]),
         _case(
@@ -264,22 +266,16 @@ def _common(name, op, **f32):
 )
 def avg_pool(ctx, x, *, window_shape, strides, padding, count_include_pad):
     """One AveragePool (float32) on the channels-first view."""
-    attrs = _lowerable(ctx, (F32,), window_shape, strides, padding)
+    attrs = _lowerable(ctx, window_shape, strides, padding)
     if attrs is None:
-        return ctx.decompose(
-            _impl("avg_pool"),
-            x,
-            window_shape=window_shape,
-            strides=strides,
-            padding=padding,
-            count_include_pad=count_include_pad,
-        )
+        return ctx.fallback()
     pool = functools.partial(ctx.op.AveragePool, count_include_pad=int(count_include_pad), **attrs)
     return _channels_first(ctx, x, pool)
 
 
-@rules.lowering(
+@family.lowering(
     max_pool_p,
+    native_dtypes=kernel_dtypes("MaxPool"),
     cases=[
         *_common("max_pool", "MaxPool", variants=None),
         _case(
@@ -294,16 +290,16 @@ def avg_pool(ctx, x, *, window_shape, strides, padding, count_include_pad):
 )
 def max_pool(ctx, x, *, window_shape, strides, padding):
     """MaxPool (float32/float64) corrected for NaN and -inf, on the channels-first view."""
-    attrs = _lowerable(ctx, (F32, F64), window_shape, strides, padding)
-    params = dict(window_shape=window_shape, strides=strides, padding=padding)
+    attrs = _lowerable(ctx, window_shape, strides, padding)
     if attrs is None:
-        return ctx.decompose(_impl("max_pool"), x, **params)
+        return ctx.fallback()
     dt = np.dtype(ctx.avals_in[0].dtype)
     return _channels_first(ctx, x, lambda y: nan_exact_max_pool(ctx, y, dt, **attrs))
 
 
-@rules.lowering(
+@family.lowering(
     min_pool_p,
+    native_dtypes=kernel_dtypes("Neg", "MaxPool"),
     cases=[
         *_common("min_pool", "MaxPool", variants=None),
         _case(
@@ -318,10 +314,9 @@ def max_pool(ctx, x, *, window_shape, strides, padding):
 )
 def min_pool(ctx, x, *, window_shape, strides, padding):
     """``-MaxPool(-x)`` (exact in floating point) with the NaN correction."""
-    attrs = _lowerable(ctx, (F32, F64), window_shape, strides, padding)
-    params = dict(window_shape=window_shape, strides=strides, padding=padding)
+    attrs = _lowerable(ctx, window_shape, strides, padding)
     if attrs is None:
-        return ctx.decompose(_impl("min_pool"), x, **params)
+        return ctx.fallback()
     dt = np.dtype(ctx.avals_in[0].dtype)
     y = _channels_first(ctx, ctx.op.Neg(x), lambda y: nan_exact_max_pool(ctx, y, dt, **attrs))
     return ctx.op.Neg(y)

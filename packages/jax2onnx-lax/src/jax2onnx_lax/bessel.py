@@ -23,9 +23,10 @@ import jax.scipy.special as jsp
 import numpy as np
 from jax import lax
 
-from jax2onnx.plugin import case
-from jax2onnx_lax._rules import rules
+from jax2onnx.plugin import Family, case
 from jax2onnx_lax.gamma import decompose_f64, grad, horner
+
+family = Family("lax")
 
 _SPLIT = 22.0
 _SERIES_TERMS = 38
@@ -83,7 +84,7 @@ _EDGES = np.array(
 )
 
 
-@rules.lowering(
+@family.lowering(
     lax.bessel_i0e_p,
     cases=[
         case("bessel_i0e", lax.bessel_i0e, [("B", 20)], input_range=(-40.0, 40.0)),
@@ -101,7 +102,7 @@ def lower_bessel_i0e(ctx: Any, x: Any, **_: Any) -> Any:
     return decompose_f64(ctx, bessel_i0e, x)
 
 
-@rules.lowering(
+@family.lowering(
     lax.bessel_i1e_p,
     cases=[
         case("bessel_i1e", lax.bessel_i1e, [("B", 20)], input_range=(-40.0, 40.0)),
@@ -117,3 +118,6 @@ def lower_bessel_i1e(ctx: Any, x: Any, **_: Any) -> Any:
     """bessel_i1e (no ONNX op) -> float64 power series below |x| = 22, asymptotic expansion
     above, one Where (see the module docstring)."""
     return decompose_f64(ctx, bessel_i1e, x)
+
+
+register = family.register

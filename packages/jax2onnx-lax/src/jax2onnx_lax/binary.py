@@ -1,7 +1,7 @@
 """Binary arithmetic, comparisons, clamp and selection.
 
 ONNX Runtime (CPU) has no kernel for some dtypes; those are computed in a
-wider dtype where that is exact and cast back (``_util.kernel_dtype``).
+wider dtype where that is exact and cast back (``ctx.kernel_dtype``).
 """
 
 from __future__ import annotations
@@ -13,20 +13,21 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from jax2onnx.plugin import case
+from jax2onnx.plugin import Family, case
 from jax2onnx_lax._casedata import INTS, edges, int_cases, x64
-from jax2onnx_lax._rules import rules
-from jax2onnx_lax._util import BF16, cast, kernel_dtype, where
+
+family = Family("lax")
+_BF16 = np.dtype(jnp.bfloat16)
 
 
 def _binary(ctx, op_type: str, x, y, dtype, **attrs):
     """One ``op_type`` node on operands of ``dtype``, widened where ORT has no kernel."""
     dtype = np.dtype(dtype)
-    wide = kernel_dtype(op_type, dtype)
+    wide = ctx.kernel_dtype(op_type, dtype)
     if wide == dtype:
         return getattr(ctx.op, op_type)(x, y, **attrs)
-    out = getattr(ctx.op, op_type)(cast(ctx, x, wide), cast(ctx, y, wide), **attrs)
-    return out if op_type in _COMPARISONS else cast(ctx, out, dtype)
+    out = getattr(ctx.op, op_type)(ctx.cast(x, wide), ctx.cast(y, wide), **attrs)
+    return out if op_type in _COMPARISONS else ctx.cast(out, dtype)
 
 
 _COMPARISONS = {"Equal", "Less", "LessOrEqual", "Greater", "GreaterOrEqual"}
@@ -52,33 +53,25 @@ for _prim, _op_type in (
     (lax.gt_p, "Greater"),
     (lax.ge_p, "GreaterOrEqual"),
 ):
-    rules.lowering(_prim)(_op(_op_type))
+    family.lowering(_prim)(_op(_op_type))
 
 
-@rules.lowering(lax.ne_p)
+@family.lowering(lax.ne_p)
 def ne(ctx, x, y):
     """ne -> Not(Equal): ONNX has no NotEqual."""
     return ctx.op.Not(_op("Equal")(ctx, x, y))
 
 
-@rules.lowering(lax.max_p)
+@family.lowering(lax.max_p)
 def max_(ctx, x, y):
     """max -> Max (propagates NaN like lax.max); Or for bool."""
-    return maximum(ctx, x, y, ctx.avals_in[0].dtype)
+    return ctx.maximum(x, y, ctx.avals_in[0].dtype)
 
 
-def maximum(ctx, x, y, dtype):
-    return ctx.op.Or(x, y) if dtype == np.bool_ else _binary(ctx, "Max", x, y, dtype)
-
-
-@rules.lowering(lax.min_p)
+@family.lowering(lax.min_p)
 def min_(ctx, x, y):
     """min -> Min (propagates NaN like lax.min); And for bool."""
-    return minimum(ctx, x, y, ctx.avals_in[0].dtype)
-
-
-def minimum(ctx, x, y, dtype):
-    return ctx.op.And(x, y) if dtype == np.bool_ else _binary(ctx, "Min", x, y, dtype)
+    return ctx.minimum(x, y, ctx.avals_in[0].dtype)
 
 
 def _nonzero_constant(ctx, y, signed: bool) -> bool:
@@ -99,10 +92,10 @@ def _safe_divisor(ctx, y, dtype):
     bad = is_zero
     if dtype.kind == "i":
         bad = ctx.op.Or(is_zero, ctx.op.Equal(y, np.asarray(-1, dtype)))
-    return where(ctx, bad, np.ones((), dtype), y, dtype), is_zero
+    return ctx.where(bad, np.ones((), dtype), y, dtype), is_zero
 
 
-@rules.lowering(lax.div_p)
+@family.lowering(lax.div_p)
 def div(ctx, x, y):
     """div -> Div; integers truncate toward zero in both. With a variable integer divisor,
     ``x / 0`` is -1 (all bits set, as XLA on CPU gives) and ``x / -1`` is ``0 - x`` with
@@ -114,11 +107,11 @@ def div(ctx, x, y):
     out = ctx.op.Div(x, safe)
     if dtype.kind == "i":
         minus_one = ctx.op.Equal(y, np.asarray(-1, dtype))
-        out = where(ctx, minus_one, ctx.op.Sub(np.zeros((), dtype), x), out, dtype)
-    return where(ctx, is_zero, np.asarray(-1).astype(dtype), out, dtype)
+        out = ctx.where(minus_one, ctx.op.Sub(np.zeros((), dtype), x), out, dtype)
+    return ctx.where(is_zero, np.asarray(-1).astype(dtype), out, dtype)
 
 
-@rules.lowering(lax.rem_p)
+@family.lowering(lax.rem_p)
 def rem(ctx, x, y):
     """rem -> Mod(fmod=1): the result has the sign of the dividend (C fmod / %), as in JAX.
     Integer ``x % 0`` is ``x`` as XLA on CPU gives, guarded like div."""
@@ -128,7 +121,7 @@ def rem(ctx, x, y):
     if _nonzero_constant(ctx, y, dtype.kind == "i"):
         return _int_rem(ctx, x, y, dtype)
     safe, is_zero = _safe_divisor(ctx, y, dtype)
-    return where(ctx, is_zero, x, _int_rem(ctx, x, safe, dtype), dtype)
+    return ctx.where(is_zero, x, _int_rem(ctx, x, safe, dtype), dtype)
 
 
 def _int_rem(ctx, x, y, dtype):
@@ -160,7 +153,7 @@ def _atan_unit_f64(ctx, t):
     return ctx.op.Mul(ctx.op.Mul(t, poly), 4.0)
 
 
-@rules.lowering(lax.atan2_p)
+@family.lowering(lax.atan2_p)
 def atan2(ctx, y, x):
     """atan2 -> Atan of min(|x|,|y|) / max(|x|,|y|) in [0, 1], then quadrant fix-ups by
     Where (ONNX has no Atan2). Signed zeros and infinities follow C atan2 as JAX does:
@@ -169,7 +162,7 @@ def atan2(ctx, y, x):
     dtype = np.dtype(ctx.avals_in[0].dtype)
     if dtype.itemsize < 4:
         f32 = np.dtype(np.float32)
-        return cast(ctx, _atan2(ctx, cast(ctx, y, f32), cast(ctx, x, f32), f32), dtype)
+        return ctx.cast(_atan2(ctx, ctx.cast(y, f32), ctx.cast(x, f32), f32), dtype)
     return _atan2(ctx, y, x, dtype)
 
 
@@ -186,18 +179,18 @@ def _atan2(ctx, y, x, dtype):
     return ctx.op.Where(_signbit(ctx, y), ctx.op.Neg(theta), theta)
 
 
-@rules.lowering(lax.clamp_p)
+@family.lowering(lax.clamp_p)
 def clamp(ctx, lo, x, hi):
     """clamp -> Clip when both bounds are scalars that cannot be NaN (Clip ignores a NaN
     bound, lax.clamp propagates it), otherwise Min(Max(x, lo), hi)."""
     dtype = np.dtype(ctx.avals_in[1].dtype)
     scalar = ctx.avals_in[0].ndim == 0 and ctx.avals_in[2].ndim == 0
-    if scalar and dtype.kind in "iuf" and dtype != BF16 and _not_nan(lo) and _not_nan(hi):
-        wide = kernel_dtype("Clip", dtype)
+    if scalar and dtype.kind in "iuf" and _not_nan(lo) and _not_nan(hi):
+        wide = ctx.kernel_dtype("Clip", dtype)
         if wide == dtype:
             return ctx.op.Clip(x, lo, hi)
-        return cast(ctx, ctx.op.Clip(*(cast(ctx, v, wide) for v in (x, lo, hi))), dtype)
-    return minimum(ctx, maximum(ctx, x, lo, dtype), hi, dtype)
+        return ctx.cast(ctx.op.Clip(*(ctx.cast(v, wide) for v in (x, lo, hi))), dtype)
+    return ctx.minimum(ctx.maximum(x, lo, dtype), hi, dtype)
 
 
 def _not_nan(v) -> bool:
@@ -206,16 +199,16 @@ def _not_nan(v) -> bool:
     return v.const_value is not None and not np.any(np.isnan(v.const_value.numpy()))
 
 
-@rules.lowering(lax.select_n_p)
+@family.lowering(lax.select_n_p)
 def select_n(ctx, which, *cases):
     """select_n -> Where (bool predicate) or a chain of Where(Equal(which, i)) for n > 2,
     in a wider dtype for the case dtypes ORT's Where lacks."""
     if len(cases) == 1:
         return ctx.op.Identity(cases[0])
     dtype = np.dtype(ctx.avals_out[0].dtype)
-    wide = kernel_dtype("Where", dtype)
+    wide = ctx.kernel_dtype("Where", dtype)
     if wide != dtype:
-        cases = [cast(ctx, c, wide) for c in cases]
+        cases = [ctx.cast(c, wide) for c in cases]
     which_dtype = ctx.avals_in[0].dtype
     if which_dtype == np.bool_:
         result = ctx.op.Where(which, cases[1], cases[0])
@@ -224,7 +217,7 @@ def select_n(ctx, which, *cases):
         for i in range(len(cases) - 2, -1, -1):
             hit = ctx.op.Equal(which, np.asarray(i, which_dtype))
             result = ctx.op.Where(hit, cases[i], result)
-    return result if wide == dtype else cast(ctx, result, dtype)
+    return result if wide == dtype else ctx.cast(result, dtype)
 
 
 def _bf16(fn):
@@ -256,7 +249,7 @@ def _float_cases(name: str, fn, **kw) -> list:
     ]
 
 
-rules.add_cases(
+family.add_cases(
     lax.add_p,
     [
         case("add_scalar_literal", lambda x: x + 1.5, [("B", 3)]),
@@ -264,11 +257,11 @@ rules.add_cases(
         *int_cases("add", lax.add),
     ],
 )
-rules.add_cases(
+family.add_cases(
     "add_any", [case("grad_fanout", jax.grad(lambda x: (jnp.tanh(x) * x).sum()), [(4,)])]
 )
-rules.add_cases(lax.sub_p, [*_float_cases("sub", lax.sub), *int_cases("sub", lax.sub)])
-rules.add_cases(
+family.add_cases(lax.sub_p, [*_float_cases("sub", lax.sub), *int_cases("sub", lax.sub)])
+family.add_cases(
     lax.mul_p,
     [
         case("mul_graph", lax.mul, [(2, 3), (2, 3)], expect=["Mul:2x3"]),
@@ -276,7 +269,7 @@ rules.add_cases(
         *int_cases("mul", lax.mul),
     ],
 )
-rules.add_cases(
+family.add_cases(
     lax.div_p,
     [
         *_float_cases("div", lax.div, input_range=(0.5, 3.0)),
@@ -295,7 +288,7 @@ rules.add_cases(
         *int_cases("div", lax.div),
     ],
 )
-rules.add_cases(
+family.add_cases(
     lax.rem_p,
     [
         *_float_cases("rem", lax.rem, input_range=(0.5, 3.0)),
@@ -311,7 +304,7 @@ rules.add_cases(
     ],
 )
 for _prim, _fn in ((lax.max_p, lax.max), (lax.min_p, lax.min)):
-    rules.add_cases(
+    family.add_cases(
         _prim,
         [
             *_float_cases(_prim.name, _fn),
@@ -328,7 +321,7 @@ for _prim, _fn in (
     (lax.gt_p, lax.gt),
     (lax.ge_p, lax.ge),
 ):
-    rules.add_cases(
+    family.add_cases(
         _prim,
         [
             *_float_cases(_prim.name, _fn),
@@ -336,7 +329,7 @@ for _prim, _fn in (
             *int_cases(_prim.name, _fn),
         ],
     )
-rules.add_cases(
+family.add_cases(
     lax.atan2_p,
     [
         case("atan2", lax.atan2, [("B", 5), ("B", 5)]),
@@ -360,7 +353,7 @@ def _clamp_scalar(x):
     return lax.clamp(np.asarray(-0.5, x.dtype), x, np.asarray(0.5, x.dtype))
 
 
-rules.add_cases(
+family.add_cases(
     lax.clamp_p,
     [
         case("clamp_scalar", _clamp_scalar, [("B", 4)], expect=["Clip"]),
@@ -403,7 +396,7 @@ rules.add_cases(
         ],
     ],
 )
-rules.add_cases(
+family.add_cases(
     lax.select_n_p,
     [
         case(
@@ -449,10 +442,10 @@ def _total_order(ctx, x, y, kind):
     """
     dtype = np.dtype(ctx.avals_in[0].dtype)
     plain = {"lt": "Less", "le": "LessOrEqual", "eq": "Equal"}[kind]
-    if dtype.kind not in "f" and dtype != BF16:
+    if dtype.kind not in "f" and dtype != _BF16:
         return _binary(ctx, plain, x, y, dtype)
-    if dtype == BF16 or dtype == np.float16:
-        x, y = cast(ctx, x, np.float32), cast(ctx, y, np.float32)
+    if dtype == _BF16 or dtype == np.float16:
+        x, y = ctx.cast(x, np.float32), ctx.cast(y, np.float32)
     x_nan, y_nan = ctx.op.IsNaN(x), ctx.op.IsNaN(y)
     sx, sy = _signbit(ctx, x), _signbit(ctx, y)
     equal = ctx.op.And(ctx.op.Equal(x, y), ctx.op.Equal(sx, sy))
@@ -469,7 +462,7 @@ _ORDER_EDGES = np.array([-np.inf, -1.0, -0.0, 0.0, 1e-30, 1.0, np.inf, np.nan], 
 _ORDER_PAIRS = [np.repeat(_ORDER_EDGES, 8), np.tile(_ORDER_EDGES, 8)]
 
 for _kind, _prim in (("lt", lax.lt_to_p), ("le", lax.le_to_p), ("eq", lax.eq_to_p)):
-    rules.lowering(
+    family.lowering(
         _prim,
         cases=[
             case(f"{_kind}_to_edges", _prim.bind, _ORDER_PAIRS),
@@ -477,3 +470,6 @@ for _kind, _prim in (("lt", lax.lt_to_p), ("le", lax.le_to_p), ("eq", lax.eq_to_
             case(f"{_kind}_to_int", _prim.bind, [(5,), (5,)], dtypes=[np.int32, np.int32]),
         ],
     )(functools.partial(_total_order, kind=_kind))
+
+
+register = family.register

@@ -11,10 +11,10 @@ from __future__ import annotations
 import numpy as np
 from jax import lax
 
-from jax2onnx.plugin import case
+from jax2onnx.plugin import Family, case
 from jax2onnx_lax._casedata import INTS, edges, int_cases, x64
-from jax2onnx_lax._rules import rules
-from jax2onnx_lax._util import cast, where
+
+family = Family("lax")
 
 _UNSIGNED = {1: (np.uint8,), 2: (np.uint16, np.uint32), 4: (np.uint32,), 8: (np.uint64,)}
 
@@ -33,8 +33,8 @@ def _logic(bool_op: str, int_op: str | None):
 
 
 for _prim, _op in ((lax.and_p, "And"), (lax.or_p, "Or"), (lax.xor_p, "Xor"), (lax.not_p, "Not")):
-    rules.lowering(_prim)(_logic(_op, None))
-    rules.lowering(_prim, min_opset=18)(_logic(_op, f"Bitwise{_op}"))
+    family.lowering(_prim)(_logic(_op, None))
+    family.lowering(_prim, min_opset=18)(_logic(_op, f"Bitwise{_op}"))
 
 
 def _bits(ctx, x, dtype):
@@ -42,7 +42,7 @@ def _bits(ctx, x, dtype):
     chain = _UNSIGNED[np.dtype(dtype).itemsize]
     for step in chain:
         if np.dtype(dtype) != np.dtype(step):
-            x = cast(ctx, x, step)
+            x = ctx.cast(x, step)
     return x, np.dtype(chain[-1])
 
 
@@ -54,24 +54,24 @@ def _shift(ctx, x, s, direction: str):
     us, _ = _bits(ctx, s, dtype)
     out_of_range = ctx.op.GreaterOrEqual(us, np.asarray(width, udtype))
     zero = np.zeros((), udtype)
-    amount = where(ctx, out_of_range, zero, us, udtype)
+    amount = ctx.where(out_of_range, zero, us, udtype)
     shifted = ctx.op.BitShift(ux, amount, direction=direction)
-    return cast(ctx, where(ctx, out_of_range, zero, shifted, udtype), dtype)
+    return ctx.cast(ctx.where(out_of_range, zero, shifted, udtype), dtype)
 
 
-@rules.lowering(lax.shift_left_p, min_opset=11)
+@family.lowering(lax.shift_left_p, min_opset=11)
 def shift_left(ctx, x, s):
     """shift_left -> BitShift(LEFT) on the unsigned bit pattern; shifts >= bits give 0."""
     return _shift(ctx, x, s, "LEFT")
 
 
-@rules.lowering(lax.shift_right_logical_p, min_opset=11)
+@family.lowering(lax.shift_right_logical_p, min_opset=11)
 def shift_right_logical(ctx, x, s):
     """shift_right_logical -> BitShift(RIGHT) on the unsigned bit pattern; >= bits give 0."""
     return _shift(ctx, x, s, "RIGHT")
 
 
-@rules.lowering(lax.shift_right_arithmetic_p, min_opset=18)
+@family.lowering(lax.shift_right_arithmetic_p, min_opset=18)
 def shift_right_arithmetic(ctx, x, s):
     """shift_right_arithmetic as ``~(~x >> s)`` where the sign bit is set, ``x >> s``
     elsewhere (logical shifts on the unsigned pattern); the amount is clamped to bits - 1,
@@ -83,9 +83,9 @@ def shift_right_arithmetic(ctx, x, s):
     mask = np.asarray(2**width - 1, udtype)
     top = np.asarray(width - 1, udtype)
     negative = ctx.op.Equal(ctx.op.BitShift(ux, top, direction="RIGHT"), np.ones((), udtype))
-    flipped = where(ctx, negative, ctx.op.BitwiseXor(ux, mask), ux, udtype)
+    flipped = ctx.where(negative, ctx.op.BitwiseXor(ux, mask), ux, udtype)
     shifted = ctx.op.BitShift(flipped, ctx.op.Min(us, top), direction="RIGHT")
-    return cast(ctx, where(ctx, negative, ctx.op.BitwiseXor(shifted, mask), shifted, udtype), dtype)
+    return ctx.cast(ctx.where(negative, ctx.op.BitwiseXor(shifted, mask), shifted, udtype), dtype)
 
 
 def _popcount(ctx, ux, udtype):
@@ -108,15 +108,15 @@ def _popcount(ctx, ux, udtype):
     return shr(ctx.op.Mul(ux, pattern(0x01)), width - 8)
 
 
-@rules.lowering(lax.population_count_p, min_opset=18)
+@family.lowering(lax.population_count_p, min_opset=18)
 def population_count(ctx, x):
     """population_count -> SWAR bit counting with BitShift/BitwiseAnd/Add (no ONNX op)."""
     dtype = np.dtype(ctx.avals_in[0].dtype)
     ux, udtype = _bits(ctx, x, dtype)
-    return cast(ctx, _popcount(ctx, ux, udtype), dtype)
+    return ctx.cast(_popcount(ctx, ux, udtype), dtype)
 
 
-@rules.lowering(lax.clz_p, min_opset=18)
+@family.lowering(lax.clz_p, min_opset=18)
 def clz(ctx, x):
     """clz -> bits - popcount(x smeared right): ORing in x >> 1, 2, 4 ... sets every bit
     below the leading one (no ONNX op counts leading zeros)."""
@@ -129,7 +129,7 @@ def clz(ctx, x):
         ux = ctx.op.BitwiseOr(ux, shifted)
         k *= 2
     count = ctx.op.Sub(np.asarray(width, udtype), _popcount(ctx, ux, udtype))
-    return cast(ctx, count, dtype)
+    return ctx.cast(count, dtype)
 
 
 def _halves(ctx, v):
@@ -140,7 +140,7 @@ def _halves(ctx, v):
     return high, low
 
 
-@rules.lowering(lax.mulhi_p, min_opset=11)
+@family.lowering(lax.mulhi_p, min_opset=11)
 def mulhi(ctx, x, y):
     """mulhi -> the high half of the exact double-width product.
 
@@ -156,12 +156,12 @@ def mulhi(ctx, x, y):
     signed = dtype.kind == "i"
     if width < 64:
         wide = np.dtype(f"{dtype.kind}{max(4, 2 * dtype.itemsize)}")
-        product = ctx.op.Mul(cast(ctx, x, wide), cast(ctx, y, wide))
-        bits = cast(ctx, product, f"u{wide.itemsize}") if signed else product
+        product = ctx.op.Mul(ctx.cast(x, wide), ctx.cast(y, wide))
+        bits = ctx.cast(product, f"u{wide.itemsize}") if signed else product
         shift = np.asarray(width, f"u{wide.itemsize}")
-        return cast(ctx, ctx.op.BitShift(bits, shift, direction="RIGHT"), dtype)
+        return ctx.cast(ctx.op.BitShift(bits, shift, direction="RIGHT"), dtype)
     u64 = np.dtype(np.uint64)
-    ux, uy = (cast(ctx, v, u64) if signed else v for v in (x, y))
+    ux, uy = (ctx.cast(v, u64) if signed else v for v in (x, y))
     (xh, xl), (yh, yl) = _halves(ctx, ux), _halves(ctx, uy)
     hl_h, hl_l = _halves(ctx, ctx.op.Mul(xh, yl))
     lh_h, lh_l = _halves(ctx, ctx.op.Mul(xl, yh))
@@ -172,9 +172,9 @@ def mulhi(ctx, x, y):
     if not signed:
         return high
     for v, other in ((x, uy), (y, ux)):
-        negative = cast(ctx, ctx.op.Less(v, np.zeros((), dtype)), u64)
+        negative = ctx.cast(ctx.op.Less(v, np.zeros((), dtype)), u64)
         high = ctx.op.Sub(high, ctx.op.Mul(negative, other))
-    return cast(ctx, high, dtype)
+    return ctx.cast(high, dtype)
 
 
 # ---------------------------------------------------------------- cases
@@ -186,7 +186,7 @@ for _prim, _fn in (
     (lax.or_p, lax.bitwise_or),
     (lax.xor_p, lax.bitwise_xor),
 ):
-    rules.add_cases(
+    family.add_cases(
         _prim,
         [
             case(f"{_prim.name}_bool", _fn, _BOOLS),
@@ -194,7 +194,7 @@ for _prim, _fn in (
             *int_cases(_prim.name, _fn),
         ],
     )
-rules.add_cases(
+family.add_cases(
     lax.not_p,
     [
         case("not_bool", lax.bitwise_not, [_BOOLS[0]], expect=["Not"]),
@@ -220,7 +220,7 @@ for _prim, _fn in (
     (lax.shift_right_logical_p, lax.shift_right_logical),
     (lax.shift_right_arithmetic_p, lax.shift_right_arithmetic),
 ):
-    rules.add_cases(
+    family.add_cases(
         _prim,
         [
             case(f"{_prim.name}_symbolic", _fn, [("B", 3), ("B", 3)], dtypes=[np.int32] * 2),
@@ -241,7 +241,7 @@ def _bit_values(dtype) -> np.ndarray:
 
 
 for _prim, _fn in ((lax.population_count_p, lax.population_count), (lax.clz_p, lax.clz)):
-    rules.add_cases(
+    family.add_cases(
         _prim,
         [
             case(f"{_prim.name}_symbolic", _fn, [("B", 3)], dtypes=[np.int32]),
@@ -251,7 +251,7 @@ for _prim, _fn in ((lax.population_count_p, lax.population_count), (lax.clz_p, l
             ],
         ],
     )
-rules.add_cases(
+family.add_cases(
     lax.mulhi_p,
     [
         case("mulhi_symbolic", lax.mulhi, [("B", 3), ("B", 3)], dtypes=[np.int32] * 2),
@@ -263,3 +263,6 @@ rules.add_cases(
         *int_cases("mulhi", lax.mulhi),
     ],
 )
+
+
+register = family.register

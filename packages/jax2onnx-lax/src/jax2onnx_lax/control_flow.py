@@ -16,11 +16,10 @@ import numpy as np
 from jax import lax
 from jax.core import ShapedArray
 
-from jax2onnx.dims import is_symbolic
-from jax2onnx.keys import physical
-from jax2onnx.plugin import case
-from jax2onnx_lax._rules import rules
-from jax2onnx_lax._util import cast, i64
+from jax2onnx.plugin import Family, case, is_symbolic, stored_type
+
+family = Family("lax")
+
 
 _SCALAR_BOOL = ShapedArray((), np.bool_)
 
@@ -48,7 +47,7 @@ def _select_branch(ctx: Any, index: Any, first: int, branches, operands, avals) 
     return list(outs) if len(avals) > 1 else [outs]
 
 
-@rules.lowering(lax.cond_p)
+@family.lowering(lax.cond_p)
 def cond(ctx, index, *operands, branches, **_):
     """cond -> If; more than two branches nest Ifs, one equality test per level.
 
@@ -63,7 +62,7 @@ def cond(ctx, index, *operands, branches, **_):
         i = int(index.const_value.numpy())
         return ctx.inline(branches[i if 0 <= i < len(branches) else -1], list(operands))
     if ctx.avals_in[0].dtype != np.int32:
-        index = cast(ctx, index, np.int32)  # a bool index takes branch 1 on True
+        index = ctx.cast(index, np.int32)  # a bool index takes branch 1 on True
     return _select_branch(ctx, index, 0, branches, operands, avals)
 
 
@@ -76,11 +75,11 @@ def _body_inputs(body: Any, avals: Sequence[Any]) -> tuple[Any, Any, list[Any]]:
 
 def _any(ctx: Any, pred: Any) -> Any:
     """A batched predicate reduced to one bool (``reduce_or``, False when empty)."""
-    count = ctx.op.ReduceSum(cast(ctx, pred, np.int32), keepdims=0)
-    return cast(ctx, count, np.bool_)
+    count = ctx.op.ReduceSum(ctx.cast(pred, np.int32), keepdims=0)
+    return ctx.cast(count, np.bool_)
 
 
-@rules.lowering(lax.while_p)
+@family.lowering(lax.while_p)
 def while_(ctx, *args, cond_jaxpr, body_jaxpr, cond_nconsts, body_nconsts):
     """while -> one Loop without a trip count.
 
@@ -120,13 +119,13 @@ def while_(ctx, *args, cond_jaxpr, body_jaxpr, cond_nconsts, body_nconsts):
 def _where_active(ctx: Any, active: Any, aval: Any, new: Any, old: Any) -> Any:
     """The new carry where the (leading-axes) predicate holds, the old one elsewhere."""
     rank = len(active.shape)
-    ndim = len(physical(aval.dtype, aval.shape)[1])  # a key carry is stored as its key data
+    ndim = len(stored_type(aval.dtype, aval.shape)[1])  # a key carry is stored as its key data
     if ndim > rank:
-        active = ctx.op.Unsqueeze(active, i64(ctx, list(range(rank, ndim))))
+        active = ctx.op.Unsqueeze(active, ctx.i64(list(range(rank, ndim))))
     return ctx.op.Where(active, new, old)
 
 
-@rules.lowering(lax.scan_p)
+@family.lowering(lax.scan_p)
 def scan(ctx, *args, jaxpr, length, reverse, num_consts, num_carry, **_):
     """scan -> Loop with trip count ``length``; ys are the Loop's scan outputs.
 
@@ -140,7 +139,7 @@ def scan(ctx, *args, jaxpr, length, reverse, num_consts, num_carry, **_):
     xs = list(args[num_consts + num_carry :])
     carry_avals = ctx.avals_in[num_consts : num_consts + num_carry]
     y_avals = [ShapedArray(a.shape[1:], a.dtype) for a in ctx.avals_out[num_carry:]]
-    trips = ctx.op.Squeeze(ctx.dim(length)) if is_symbolic(length) else i64(ctx, length)
+    trips = ctx.op.Squeeze(ctx.dim(length)) if is_symbolic(length) else ctx.i64(length)
 
     body = ctx.subgraph("scan_body")
     iteration, keep_going, state = _body_inputs(body, carry_avals)
@@ -162,8 +161,8 @@ def scan(ctx, *args, jaxpr, length, reverse, num_consts, num_carry, **_):
 
 def _flip(ctx: Any, y: Any) -> Any:
     """Reverse axis 0 with one Slice of step -1."""
-    start, end = i64(ctx, [-1]), i64(ctx, [np.iinfo(np.int64).min])
-    return ctx.op.Slice(y, start, end, i64(ctx, [0]), i64(ctx, [-1]))
+    start, end = ctx.i64([-1]), ctx.i64([np.iinfo(np.int64).min])
+    return ctx.op.Slice(y, start, end, ctx.i64([0]), ctx.i64([-1]))
 
 
 # -- cases -------------------------------------------------------------------
@@ -216,7 +215,7 @@ def _raw_cond(i, x):
     return [lax.cond_p.bind(j, x, branches=branches)[0] for j in index]
 
 
-rules.add_cases(
+family.add_cases(
     lax.cond_p,
     [
         case(
@@ -286,7 +285,7 @@ def _recurrent(h):
     return lax.while_loop(lambda c: c[0] < 3, body, (0, h, jnp.zeros_like(h)))
 
 
-rules.add_cases(
+family.add_cases(
     lax.while_p,
     [
         case("counter_and_float", _count_to_ten, [("B", 3)], expect=["Loop"], counts={"Loop": 1}),
@@ -371,7 +370,7 @@ def _nested_scan(xs):
     return lax.scan(row, 0.0, xs)
 
 
-rules.add_cases(
+family.add_cases(
     lax.scan_p,
     [
         case(
@@ -430,3 +429,6 @@ rules.add_cases(
         case("particles", _particles, [("B", 3), ("B", 3)]),
     ],
 )
+
+
+register = family.register

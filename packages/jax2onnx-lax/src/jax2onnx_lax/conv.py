@@ -13,22 +13,21 @@ import jax
 import numpy as np
 from jax import lax
 
-from jax2onnx.plugin import case
-from jax2onnx_lax._rules import rules
-from jax2onnx_lax._util import i64, permute, reshape, to_dtype
+from jax2onnx.plugin import Family, case, has_kernel
+from jax2onnx_lax._util import reshape
 from jax2onnx_lax.blocks import conv_transpose_kernel
 from jax2onnx_lax.dot import compute_dtype
 
+family = Family("lax")
+
 _INT64_MAX = np.iinfo(np.int64).max
 _INT64_MIN = np.iinfo(np.int64).min
-# dtypes ONNX Runtime's CPU Conv and ConvTranspose have kernels for
-_CONV_DTYPES = frozenset(np.dtype(t) for t in (np.float16, np.float32))
 
 
 def _work_dtype(out_dtype):
     """(dtype to compute in, whether ONNX Conv can compute it)."""
     out_dtype = np.dtype(out_dtype)
-    if out_dtype in _CONV_DTYPES:
+    if has_kernel("Conv", out_dtype) and has_kernel("ConvTranspose", out_dtype):
         return out_dtype, True
     if out_dtype == jax.numpy.bfloat16:
         return np.dtype(np.float32), True
@@ -38,8 +37,8 @@ def _work_dtype(out_dtype):
 def _slice(ctx, x, axes, starts, ends, steps=None):
     if not axes:
         return x
-    steps = None if steps is None else i64(ctx, steps)
-    return ctx.op.Slice(x, i64(ctx, starts), i64(ctx, ends), i64(ctx, axes), steps)
+    steps = None if steps is None else ctx.i64(steps)
+    return ctx.op.Slice(x, ctx.i64(starts), ctx.i64(ends), ctx.i64(axes), steps)
 
 
 def _end(n):
@@ -70,11 +69,11 @@ def _ungroup_batch(ctx, x, in_shape, spec, groups):
 def _dilate(ctx, x, shape, dilation):
     """Interleave d-1 zeros after every element of each spatial axis (the tail is left on)."""
     n_sp = len(dilation)
-    x = ctx.op.Unsqueeze(x, i64(ctx, [3 + 2 * i for i in range(n_sp)]))
+    x = ctx.op.Unsqueeze(x, ctx.i64([3 + 2 * i for i in range(n_sp)]))
     pads = [0] * (2 + 2 * n_sp) * 2
     for i, d in enumerate(dilation):
         pads[len(pads) // 2 + 3 + 2 * i] = d - 1
-    x = ctx.op.Pad(x, i64(ctx, pads))
+    x = ctx.op.Pad(x, ctx.i64(pads))
     new = [*shape[:2], *(s * d for s, d in zip(shape[2:], dilation))]
     return reshape(ctx, x, new, keep=2), new
 
@@ -87,7 +86,7 @@ def _patch_matmul(ctx, x, w, shape, kernel, strides, dilation, groups, out_shape
     """
     n_sp = len(kernel)
     eff = [(k - 1) * r + 1 for k, r in zip(kernel, dilation)]
-    xu = ctx.op.Unsqueeze(x, i64(ctx, [2]))
+    xu = ctx.op.Unsqueeze(x, ctx.i64([2]))
     axes = list(range(3, 3 + n_sp))
     taps = []
     for offset in itertools.product(*(range(k) for k in kernel)):
@@ -109,7 +108,7 @@ def _patch_matmul(ctx, x, w, shape, kernel, strides, dilation, groups, out_shape
     if w.const_value is not None:
         wm = ctx.const(w.const_value.numpy().reshape(groups, o // groups, inner))
     else:
-        wm = ctx.op.Reshape(w, i64(ctx, [groups, o // groups, inner]))
+        wm = ctx.op.Reshape(w, ctx.i64([groups, o // groups, inner]))
     return reshape(ctx, ctx.op.MatMul(wm, patches), out_shape, keep=1)
 
 
@@ -331,7 +330,7 @@ _CASES = [
 ]
 
 
-@rules.lowering(lax.conv_general_dilated_p, cases=_CASES)
+@family.lowering(lax.conv_general_dilated_p, cases=_CASES)
 def conv_general_dilated(
     ctx,
     lhs,
@@ -365,8 +364,8 @@ def conv_general_dilated(
     work, native = _work_dtype(out_aval.dtype)
     n_sp = lhs_aval.ndim - 2
     native = native and n_sp > 0
-    x = to_dtype(ctx, lhs, lhs_aval.dtype, work)
-    w = permute(ctx, to_dtype(ctx, rhs, rhs_aval.dtype, work), rhs_spec)
+    x = ctx.cast(lhs, work)
+    w = ctx.transpose(ctx.cast(rhs, work), rhs_spec)
     shape = [lhs_aval.shape[i] for i in lhs_spec]
     kshape = [rhs_aval.shape[i] for i in rhs_spec]
     kernel = [int(k) for k in kshape[2:]]
@@ -376,7 +375,7 @@ def conv_general_dilated(
         x, shape = _ungroup_batch(ctx, x, lhs_aval.shape, lhs_spec, batch_group_count)
         groups = batch_group_count
     else:
-        x = permute(ctx, x, lhs_spec)
+        x = ctx.transpose(x, lhs_spec)
     strides, dilation = list(window_strides), list(rhs_dilation)
     lo, hi = [int(p[0]) for p in padding], [int(p[1]) for p in padding]
     eff = [(k - 1) * r + 1 for k, r in zip(kernel, dilation)]
@@ -413,11 +412,14 @@ def conv_general_dilated(
         )
         return _finish(ctx, y, out_spec, work)
     if any(lo) or any(hi):
-        x = ctx.op.Pad(x, i64(ctx, [0, 0, *lo, 0, 0, *hi]))
+        x = ctx.op.Pad(x, ctx.i64([0, 0, *lo, 0, 0, *hi]))
     y = _patch_matmul(ctx, x, w, shape, kernel, strides, dilation, groups, out_shape)
     return _finish(ctx, y, out_spec, work)
 
 
 def _finish(ctx, y, out_spec, work):
-    y = permute(ctx, y, np.argsort(out_spec))
-    return to_dtype(ctx, y, work, ctx.avals_out[0].dtype)
+    y = ctx.transpose(y, np.argsort(out_spec))
+    return ctx.cast(y, ctx.avals_out[0].dtype)
+
+
+register = family.register

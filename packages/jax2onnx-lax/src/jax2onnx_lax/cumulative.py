@@ -20,11 +20,12 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from jax2onnx.dims import is_symbolic
-from jax2onnx.plugin import case
-from jax2onnx_lax._rules import rules
-from jax2onnx_lax._util import cast, i64
+from jax2onnx.plugin import Family, case, is_symbolic
 
+family = Family("lax")
+
+
+# exact stand-ins where ONNX Runtime has no CumSum kernel: wrapping sums in a wider int
 _CUMSUM_WIDE = {
     np.dtype(np.int8): np.int32,
     np.dtype(np.uint8): np.int32,
@@ -40,11 +41,6 @@ def _dtype(ctx):
     return np.dtype(ctx.avals_in[0].dtype)
 
 
-def _const(ctx, value, dtype):
-    """A constant of ``dtype`` (explicit, so float64 never narrows without x64)."""
-    return ctx.const(np.asarray(value, dtype), dtype)
-
-
 def _scan(ctx, x, axis, reverse, combine, identity):
     """Inclusive scan of ``combine`` along ``axis`` in ``ceil(log2 n)`` Pad steps."""
     shape = ctx.avals_in[0].shape
@@ -56,16 +52,16 @@ def _scan(ctx, x, axis, reverse, combine, identity):
         )
     dtype = _dtype(ctx)
     wide = _SCAN_WIDE.get(dtype)
-    y = x if wide is None else cast(ctx, x, wide)
-    fill = _const(ctx, identity, wide or dtype)
+    y = x if wide is None else ctx.cast(x, wide)
+    fill = ctx.const(identity, wide or dtype)
     rank = len(shape)
     s = 1
     while s < int(n):
         pads = [0] * (2 * rank)
         pads[axis], pads[rank + axis] = (-s, s) if reverse else (s, -s)
-        y = combine(y, ctx.op.Pad(y, i64(ctx, pads), fill))
+        y = combine(y, ctx.op.Pad(y, ctx.i64(pads), fill))
         s *= 2
-    return y if wide is None else cast(ctx, y, dtype)
+    return y if wide is None else ctx.cast(y, dtype)
 
 
 def _cum(prim, **kw):
@@ -114,7 +110,7 @@ def _common_cases(prefix, prim, expect):
 _NAN_ROW = np.array([[1.0, -2.0, np.nan, 4.0, -np.inf, 0.5], [np.inf, 1.0, -np.inf, 2.0, 3.0, 0.0]])
 
 
-@rules.lowering(
+@family.lowering(
     lax.cumsum_p,
     cases=[
         *_common_cases("cumsum", lax.cumsum_p, ["CumSum:Bx6"]),
@@ -127,13 +123,13 @@ _NAN_ROW = np.array([[1.0, -2.0, np.nan, 4.0, -np.inf, 0.5], [np.inf, 1.0, -np.i
 def cumsum(ctx, x, *, axis, reverse):
     """CumSum; narrow and unsigned ints summed in int32/int64 and cast back (wraps as JAX)."""
     dtype = _dtype(ctx)
-    wide = _CUMSUM_WIDE.get(dtype)
-    y = x if wide is None else cast(ctx, x, wide)
-    y = ctx.op.CumSum(y, i64(ctx, axis), reverse=1 if reverse else None)
-    return y if wide is None else cast(ctx, y, dtype)
+    wide = None if ctx.has_kernel("CumSum", dtype) else _CUMSUM_WIDE.get(dtype)
+    y = x if wide is None else ctx.cast(x, wide)
+    y = ctx.op.CumSum(y, ctx.i64(axis), reverse=1 if reverse else None)
+    return y if wide is None else ctx.cast(y, dtype)
 
 
-@rules.lowering(
+@family.lowering(
     lax.cumprod_p,
     cases=[
         *_common_cases("cumprod", lax.cumprod_p, ["Pad -> Mul", "Mul:Bx6"]),
@@ -157,7 +153,7 @@ def _highest(dtype):
     return np.inf if np.issubdtype(dtype, np.floating) else np.iinfo(dtype).max
 
 
-@rules.lowering(
+@family.lowering(
     lax.cummax_p,
     cases=[
         *_common_cases("cummax", lax.cummax_p, ["Pad -> Max", "Max:Bx6"]),
@@ -170,7 +166,7 @@ def cummax(ctx, x, *, axis, reverse):
     return _scan(ctx, x, axis, reverse, ctx.op.Max, _lowest(_dtype(ctx)))
 
 
-@rules.lowering(
+@family.lowering(
     lax.cummin_p,
     cases=[
         *_common_cases("cummin", lax.cummin_p, ["Pad -> Min", "Min:Bx6"]),
@@ -183,7 +179,7 @@ def cummin(ctx, x, *, axis, reverse):
     return _scan(ctx, x, axis, reverse, ctx.op.Min, _highest(_dtype(ctx)))
 
 
-@rules.lowering(
+@family.lowering(
     lax.cumlogsumexp_p,
     cases=[
         *_common_cases("cumlogsumexp", lax.cumlogsumexp_p, ["Pad -> Sub -> Abs", "Where:Bx6"]),
@@ -205,7 +201,7 @@ def cumlogsumexp(ctx, x, *, axis, reverse):
     and ``u`` where ``w == 1``.
     """
     dtype = _dtype(ctx)
-    one = _const(ctx, 1, dtype)
+    one = ctx.const(1, dtype)
 
     def logaddexp(a, b):
         delta = ctx.op.Sub(a, b)
@@ -213,7 +209,7 @@ def cumlogsumexp(ctx, x, *, axis, reverse):
         w = ctx.op.Add(one, u)
         spread = ctx.op.Sub(w, one)
         log1p = ctx.op.Where(
-            ctx.op.Equal(spread, _const(ctx, 0, dtype)),
+            ctx.op.Equal(spread, ctx.const(0, dtype)),
             u,
             ctx.op.Div(ctx.op.Mul(ctx.op.Log(w), u), spread),
         )
@@ -221,3 +217,6 @@ def cumlogsumexp(ctx, x, *, axis, reverse):
         return ctx.op.Where(ctx.op.IsNaN(delta), ctx.op.Add(a, b), finite)
 
     return _scan(ctx, x, axis, reverse, logaddexp, -np.inf)
+
+
+register = family.register

@@ -10,20 +10,12 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from jax2onnx.plugin import case
-from jax2onnx_lax._rules import rules
-from jax2onnx_lax._util import cast, i64, permute, reshape, to_dtype
+from jax2onnx.plugin import Family, case, has_kernel
+from jax2onnx_lax._util import reshape
+
+family = Family("lax")
 
 _LETTERS = "abcdefghijklmnopqrstuvwxyz"
-# dtypes ONNX Runtime's CPU MatMul has kernels for
-_MATMUL_DTYPES = frozenset(
-    np.dtype(t)
-    for t in (np.float16, np.float32, np.float64, np.int32, np.int64, np.uint32, np.uint64)
-)
-_GEMM_DTYPES = frozenset(np.dtype(t) for t in (np.float16, np.float32, np.float64))
-_EINSUM_DTYPES = frozenset(
-    np.dtype(t) for t in (np.float16, np.float32, np.float64, np.int32, np.int64)
-)
 _INT8 = frozenset(np.dtype(t) for t in (np.int8, np.uint8))
 
 
@@ -36,7 +28,7 @@ def compute_dtype(dtype) -> np.dtype:
     products are exact and the sum is rounded once, as XLA does on CPU.
     """
     dtype = np.dtype(dtype)
-    if dtype in _MATMUL_DTYPES:
+    if has_kernel("MatMul", dtype):
         return dtype
     if dtype == jnp.bfloat16:
         return np.dtype(np.float32)
@@ -65,7 +57,7 @@ _NO_AUX = {"Einsum": 0, "Transpose": 0, "Reshape": 0}
 _W54 = np.linspace(-1.0, 1.0, 20, dtype=np.float32).reshape(5, 4)
 
 
-@rules.lowering(
+@family.lowering(
     lax.dot_general_p,
     cases=[
         case("matmul", jnp.matmul, [("B", 4), (4, 5)], expect=["MatMul:Bx5"], counts=_NO_AUX),
@@ -301,37 +293,37 @@ def dot_general(ctx, lhs, rhs, *, dimension_numbers, preferred_element_type=None
     if integer8:
         work = np.dtype(np.int32)
 
-    def widen(x, aval):
-        return x if integer8 else to_dtype(ctx, x, aval.dtype, work)
+    def widen(x):
+        return x if integer8 else ctx.cast(x, work)
 
     def finish(y):
-        return to_dtype(ctx, y, work, out_dtype)
+        return ctx.cast(y, out_dtype)
 
     if nk == 0:  # outer product, batched or not
-        a = permute(ctx, widen(lhs, lhs_aval), lperm)
-        b = permute(ctx, widen(rhs, rhs_aval), rperm)
+        a = ctx.transpose(widen(lhs), lperm)
+        b = ctx.transpose(widen(rhs), rperm)
         if nn:
-            a = ctx.op.Unsqueeze(a, i64(ctx, list(range(nb + nm, nb + nm + nn))))
+            a = ctx.op.Unsqueeze(a, ctx.i64(list(range(nb + nm, nb + nm + nn))))
         if nm:
-            b = ctx.op.Unsqueeze(b, i64(ctx, list(range(nb, nb + nm))))
+            b = ctx.op.Unsqueeze(b, ctx.i64(list(range(nb, nb + nm))))
         if integer8:
-            a, b = cast(ctx, a, work), cast(ctx, b, work)
+            a, b = ctx.cast(a, work), ctx.cast(b, work)
         return finish(ctx.op.Mul(a, b))
 
-    if nb == 0 and lhs_aval.ndim == 2 and rhs_aval.ndim == 2 and work in _GEMM_DTYPES:
+    if nb == 0 and lhs_aval.ndim == 2 and rhs_aval.ndim == 2 and ctx.has_kernel("Gemm", work):
         trans_a, trans_b = lc == [0], rc == [1]
         if (trans_a and lhs.const_value is None) or (trans_b and rhs.const_value is None):
-            a, b = widen(lhs, lhs_aval), widen(rhs, rhs_aval)
+            a, b = widen(lhs), widen(rhs)
             return finish(ctx.op.Gemm(a, b, transA=int(trans_a), transB=int(trans_b)))
 
     unsqueezes = (nb > 0) * ((nm == 0) + (nn == 0) + (nm > 1))
     helpers = _transposes(ctx, lhs, lperm) + _transposes(ctx, rhs, rperm) + unsqueezes
     helpers += (nk > 1) + (nk > 1 or nn > 1) + (nn > 1) + (nb > 0 and 0 in (nm, nn))
-    if helpers >= 3 and work in _EINSUM_DTYPES and not integer8:
-        return finish(_einsum(ctx, widen(lhs, lhs_aval), widen(rhs, rhs_aval), lc, rc, lb, rb))
+    if helpers >= 3 and ctx.has_kernel("Einsum", work) and not integer8:
+        return finish(_einsum(ctx, widen(lhs), widen(rhs), lc, rc, lb, rb))
 
-    a = permute(ctx, widen(lhs, lhs_aval), lperm)
-    b = permute(ctx, widen(rhs, rhs_aval), rperm)
+    a = ctx.transpose(widen(lhs), lperm)
+    b = ctx.transpose(widen(rhs), rperm)
     lshape = [lhs_aval.shape[i] for i in lperm]
     batch, m_dims = lshape[:nb], lshape[nb : nb + nm]
     k_dims = lshape[nb + nm :]
@@ -343,18 +335,18 @@ def dot_general(ctx, lhs, rhs, *, dimension_numbers, preferred_element_type=None
         b = reshape(ctx, b, [*batch, _prod(k_dims), *merged_n], keep=nb)
     squeeze = []
     if nb and nm == 0:
-        a = ctx.op.Unsqueeze(a, i64(ctx, [nb]))
+        a = ctx.op.Unsqueeze(a, ctx.i64([nb]))
         squeeze.append(nb)
     if nb and nn == 0:
-        b = ctx.op.Unsqueeze(b, i64(ctx, [nb + 1]))
+        b = ctx.op.Unsqueeze(b, ctx.i64([nb + 1]))
         squeeze.append(nb + max(nm, 1))
     if nb and nm > 1:
-        b = ctx.op.Unsqueeze(b, i64(ctx, list(range(nb, nb + nm - 1))))
+        b = ctx.op.Unsqueeze(b, ctx.i64(list(range(nb, nb + nm - 1))))
     y = ctx.op.MatMulInteger(a, b) if integer8 else ctx.op.MatMul(a, b)
     if nn > 1:
         y = reshape(ctx, y, out_aval.shape, keep=nb + nm)
     elif squeeze:
-        y = ctx.op.Squeeze(y, i64(ctx, squeeze))
+        y = ctx.op.Squeeze(y, ctx.i64(squeeze))
     return finish(y)
 
 
@@ -371,3 +363,6 @@ def _einsum(ctx, lhs, rhs, lc, rc, lb, rb):
     out += [rhs_sub[a] for a in range(rhs_rank) if a not in rc and a not in rb]
     equation = f"{''.join(lhs_sub)},{''.join(rhs_sub)}->{''.join(out)}"
     return ctx.op.Einsum(lhs, rhs, equation=equation)
+
+
+register = family.register

@@ -22,8 +22,10 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from jax2onnx.plugin import case
-from jax2onnx_lax._rules import rules
+from jax2onnx.plugin import Family, case
+
+family = Family("lax")
+
 
 _FORMS = {0: "FFT", 1: "IFFT", 2: "RFFT", 3: "IRFFT"}
 _COMPLEX = (
@@ -37,7 +39,7 @@ def _form(fft_type) -> str:
     return name or _FORMS.get(int(fft_type), str(fft_type))
 
 
-@rules.lowering(
+@family.lowering(
     lax.fft_p,
     cases=[
         case("rfft_abs", lambda x: jnp.abs(jnp.fft.rfft(x)), [(3, 8)], xfail=_COMPLEX),
@@ -73,7 +75,7 @@ def fft(ctx, x, *, fft_type, fft_lengths):
 
 
 _GRID = np.arange(24.0).reshape(4, 6)
-rules.add_cases(
+family.add_cases(
     "jnp.fft_helpers",
     [
         case("fftfreq", lambda x: x * jnp.fft.fftfreq(8), [("B", 8)]),
@@ -95,3 +97,6 @@ rules.add_cases(
         ),
     ],
 )
+
+
+register = family.register

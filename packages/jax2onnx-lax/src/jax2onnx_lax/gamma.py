@@ -28,7 +28,6 @@ non-integer ``q`` with non-integer ``s``.
 
 from __future__ import annotations
 
-import functools
 import math
 from collections.abc import Callable
 from fractions import Fraction
@@ -40,9 +39,10 @@ import jax.scipy.special as jsp
 import numpy as np
 from jax import lax
 
-from jax2onnx.plugin import case
-from jax2onnx_lax._rules import rules
-from jax2onnx_lax._util import cast
+from jax2onnx.plugin import Family, case
+
+family = Family("lax")
+
 
 F64 = np.dtype(np.float64)
 
@@ -64,12 +64,12 @@ def decompose_f64(ctx: Any, fn: Callable[..., Any], *inputs: Any, **params: Any)
     """
     out_dtype = np.dtype(ctx.avals_out[0].dtype)
     avals = ctx.avals_in[: len(inputs)]
-    wide = [v if np.dtype(a.dtype) == F64 else cast(ctx, v, F64) for v, a in zip(inputs, avals)]
+    wide = [ctx.cast(v, F64) for v in inputs]
     specs = [jax.ShapeDtypeStruct(a.shape, F64) for a in avals]
     with jax.enable_x64(True):
-        closed = jax.make_jaxpr(functools.partial(fn, dtype=out_dtype, **params))(*specs)
+        closed = ctx.trace(fn, *specs, dtype=out_dtype, **params)
         (out,) = ctx.inline(closed, wide)
-    return out if out_dtype == F64 else cast(ctx, out, out_dtype)
+    return out if out_dtype == F64 else ctx.cast(out, out_dtype)
 
 
 def bernoulli(n: int) -> list[Fraction]:
@@ -208,7 +208,7 @@ _LGAMMA_EDGES = np.array(
 )
 
 
-@rules.lowering(
+@family.lowering(
     lax.lgamma_p,
     cases=[
         case("lgamma", lax.lgamma, [("B", 20)], input_range=(-12.0, 25.0)),
@@ -245,7 +245,7 @@ _DIGAMMA_EDGES = np.array(
 )
 
 
-@rules.lowering(
+@family.lowering(
     lax.digamma_p,
     cases=[
         case("digamma", lax.digamma, [("B", 20)], input_range=(-12.0, 25.0)),
@@ -289,7 +289,7 @@ _ZETA_NEGATIVE = np.array(
 # fmt: on
 
 
-@rules.lowering(
+@family.lowering(
     lax.zeta_p,
     cases=[
         case("zeta", lax.zeta, [("B", 20), ("B", 20)], input_range=(1.05, 12.0)),
@@ -325,7 +325,7 @@ _POLYGAMMA_EDGES = np.array(
 # fmt: on
 
 
-@rules.lowering(
+@family.lowering(
     lax.polygamma_p,
     cases=[
         case(
@@ -349,3 +349,6 @@ def lower_polygamma(ctx: Any, m: Any, x: Any, **_: Any) -> Any:
     """polygamma (no ONNX op) -> float64 ``(-1)^(m+1) exp(lgamma(m + 1)) zeta(m + 1, x)``,
     digamma at ``m = 0``, NaN unless m is a non-negative integer."""
     return decompose_f64(ctx, polygamma, m, x)
+
+
+register = family.register

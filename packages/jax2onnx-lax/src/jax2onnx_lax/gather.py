@@ -25,11 +25,10 @@ import numpy as np
 from jax import lax
 from jax.lax import GatherDimensionNumbers, GatherScatterMode
 
-from jax2onnx.dims import is_symbolic
-from jax2onnx.plugin import case
-from jax2onnx_lax._rules import rules
-from jax2onnx_lax._util import cast, i64, where
+from jax2onnx.plugin import Family, case, is_symbolic
 from jax2onnx_lax.indexing import as_int64, clamp_starts, constant, same_dim
+
+family = Family("lax")
 
 _I64 = np.int64
 _I32 = np.int32
@@ -286,7 +285,7 @@ _GATHER_CASES = [
 ]
 
 
-@rules.lowering(lax.gather_p, cases=_GATHER_CASES)
+@family.lowering(lax.gather_p, cases=_GATHER_CASES)
 def gather(ctx, operand, indices, *, dimension_numbers, slice_sizes, mode, fill_value, **_):
     """Clamped starts -> GatherElements | Gather | GatherND -> Transpose; Where for FILL_OR_DROP."""
     dn = dimension_numbers
@@ -311,9 +310,9 @@ def gather(ctx, operand, indices, *, dimension_numbers, slice_sizes, mode, fill_
     result = _arrange(ctx, result, labels, target)
     if keep is None:
         return result
-    keep = ctx.op.Unsqueeze(keep, i64(ctx, sorted(dn.offset_dims))) if dn.offset_dims else keep
+    keep = ctx.op.Unsqueeze(keep, ctx.i64(sorted(dn.offset_dims))) if dn.offset_dims else keep
     dtype = ctx.avals_out[0].dtype
-    return where(ctx, keep, result, np.asarray(fill_value, dtype), dtype)
+    return ctx.where(keep, result, np.asarray(fill_value, dtype), dtype)
 
 
 def in_bounds(ctx, starts, upper):
@@ -327,9 +326,9 @@ def in_bounds(ctx, starts, upper):
         ctx.op.LessOrEqual(starts, ctx.shape(upper)),
     )
     if len(upper) == 1:
-        return ctx.op.Squeeze(ok, i64(ctx, [-1]))
+        return ctx.op.Squeeze(ok, ctx.i64([-1]))
     # all() over the last axis as a count: MatMul needs no opset-dependent axes input
-    count = ctx.op.MatMul(cast(ctx, ok, _I32), ctx.const(np.ones(len(upper), _I32)))
+    count = ctx.op.MatMul(ctx.cast(ok, _I32), ctx.const(np.ones(len(upper), _I32)))
     return ctx.op.Equal(count, ctx.const(_I32(len(upper))))
 
 
@@ -339,7 +338,7 @@ def _gather(ctx, x, starts, dn, slice_sizes, shape, n):
     start_map = list(dn.start_index_map)
     pairs = dict(zip(dn.operand_batching_dims, dn.start_indices_batching_dims))
     if _along_axis(dn, slice_sizes, rank, n):
-        squeezed = ctx.op.Squeeze(starts, i64(ctx, [-1]))
+        squeezed = ctx.op.Squeeze(starts, ctx.i64([-1]))
         return ctx.op.GatherElements(x, squeezed, axis=start_map[0]), [("b", i) for i in range(n)]
     # an axis indexed over its whole length always starts at 0: it needs no index
     kept = [k for k, d in enumerate(start_map) if not same_dim(slice_sizes[d], shape[d])]
@@ -350,29 +349,29 @@ def _gather(ctx, x, starts, dn, slice_sizes, shape, n):
     cut = [d for d in plain if not same_dim(slice_sizes[d], shape[d])]
     if cut:
         sizes = ctx.shape([slice_sizes[d] for d in cut])
-        x = ctx.op.Slice(x, i64(ctx, [0] * len(cut)), sizes, i64(ctx, cut))
+        x = ctx.op.Slice(x, ctx.i64([0] * len(cut)), sizes, ctx.i64(cut))
     drop = [d for d in plain if d in dn.collapsed_slice_dims]
     if drop:
-        x = ctx.op.Squeeze(x, i64(ctx, drop))
+        x = ctx.op.Squeeze(x, ctx.i64(drop))
     labels = [("o", d) for d in range(rank) if d not in drop]
     if not indexed:
         return x, [("b", pairs[d]) if d in pairs else ("o", d) for _, d in labels]
     if not pairs and len(indexed) == 1 and same_dim(slice_sizes[indexed[0]], 1):
         axis = labels.index(("o", indexed[0]))
-        result = ctx.op.Gather(x, ctx.op.Squeeze(starts, i64(ctx, [-1])), axis=axis)
+        result = ctx.op.Gather(x, ctx.op.Squeeze(starts, ctx.i64([-1])), axis=axis)
         return result, labels[:axis] + [("b", i) for i in range(n)] + labels[axis + 1 :]
     lead = [("o", d) for d in pairs] + [("o", d) for d in indexed]
     order = lead + [label for label in labels if label not in lead]
-    x = _permute(ctx, x, [labels.index(label) for label in order])
+    x = ctx.transpose(x, [labels.index(label) for label in order])
     windows = [d for d in indexed if not same_dim(slice_sizes[d], 1)]
     if windows:
         starts = ctx.op.Add(
-            ctx.op.Unsqueeze(starts, i64(ctx, list(range(n, n + len(windows))))),
+            ctx.op.Unsqueeze(starts, ctx.i64(list(range(n, n + len(windows))))),
             ctx.const(window_grid(ctx, [slice_sizes[d] for d in windows], indexed, windows)),
         )
     index_axes = [pairs[d] for d in pairs]
     index_axes += [i for i in range(n) if i not in index_axes]
-    starts = _permute(ctx, starts, index_axes + list(range(n, n + len(windows) + 1)))
+    starts = ctx.transpose(starts, index_axes + list(range(n, n + len(windows) + 1)))
     result = ctx.op.GatherND(x, starts, batch_dims=len(pairs))
     labels = [("b", i) for i in index_axes] + [("o", d) for d in windows] + order[len(lead) :]
     return result, labels
@@ -409,16 +408,7 @@ def _columns(ctx, starts, kept):
     value = constant(starts)
     if value is not None:
         return ctx.const(value[..., kept])
-    return ctx.op.Gather(starts, i64(ctx, kept), axis=-1)
-
-
-def _permute(ctx, x, perm):
-    if perm == list(range(len(perm))):
-        return x
-    value = constant(x)
-    if value is not None:
-        return ctx.const(np.transpose(value, perm))
-    return ctx.op.Transpose(x, perm=perm)
+    return ctx.op.Gather(starts, ctx.i64(kept), axis=-1)
 
 
 def _arrange(ctx, y, labels, target):
@@ -430,12 +420,15 @@ def _arrange(ctx, y, labels, target):
     missing = [label for label in target if label not in labels]
     if missing and [label for label in target if label in labels] == labels:
         positions = [target.index(label) for label in missing]
-        y = ctx.op.Unsqueeze(y, i64(ctx, positions))
+        y = ctx.op.Unsqueeze(y, ctx.i64(positions))
         labels = target
     elif missing:
-        y = ctx.op.Unsqueeze(y, i64(ctx, list(range(len(labels), len(labels) + len(missing)))))
+        y = ctx.op.Unsqueeze(y, ctx.i64(list(range(len(labels), len(labels) + len(missing)))))
         labels = labels + missing
-    y = _permute(ctx, y, [labels.index(label) for label in target])
+    y = ctx.transpose(y, [labels.index(label) for label in target])
     if any(kind == "b" for kind, _ in missing):
         y = ctx.op.Expand(y, ctx.shape(ctx.avals_out[0].shape))
     return y
+
+
+register = family.register

@@ -38,10 +38,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jax2onnx.dims import is_symbolic
-from jax2onnx.plugin import call_arguments, case
-from jax2onnx_lax._rules import rules
-from jax2onnx_lax._util import cast, i64
+from jax2onnx.plugin import Family, call_arguments, case, is_symbolic
+
+family = Family("lax")
+
 
 _resize = jax.image.resize  # the original, captured before the interception patches it
 _Method = jax.image.ResizeMethod
@@ -66,7 +66,7 @@ def _impl(image, *, shape, method, antialias, precision):
     return _resize(image, shape, method, antialias=antialias, precision=precision)
 
 
-resize_p = rules.primitive("image.resize", impl=_impl, batching=_resize_batching, jvp="fallback")
+resize_p = family.primitive("image.resize", impl=_impl, batching=_resize_batching, jvp="fallback")
 
 
 def _binder(original):
@@ -100,7 +100,7 @@ def _binder(original):
     return call
 
 
-rules.intercept("jax.image.resize", resize_p, binder=_binder)
+family.intercept("jax.image.resize", resize_p, binder=_binder)
 
 
 def _resized_axes(ctx) -> list[tuple[int, int, int]]:
@@ -212,7 +212,7 @@ _c(
 )
 
 
-@rules.lowering(resize_p, min_opset=18, cases=_RESIZE_CASES)
+@family.lowering(resize_p, min_opset=18, cases=_RESIZE_CASES)
 def resize(ctx, x, *, shape, method, antialias, precision):
     """One Resize (half_pixel; linear, or cubic with a=-0.5 and exclude_outside) where ORT
     equals JAX; otherwise JAX's per-axis weight matrices as MatMuls (see the module docstring).
@@ -224,11 +224,11 @@ def resize(ctx, x, *, shape, method, antialias, precision):
             ctx, x, shape=shape, method=method, antialias=antialias, precision=precision
         )
     out = ctx.avals_out[0].shape
-    sizes = i64(ctx, [int(out[1]), int(out[2])])
+    sizes = ctx.i64([int(out[1]), int(out[2])])
     return ctx.op.Resize(x, None, None, sizes, axes=[1, 2], **attrs)
 
 
-@rules.lowering(resize_p)
+@family.lowering(resize_p)
 def _resize_matmul(ctx, x, *, shape, method, antialias, precision):
     """Per resized axis: Gather with JAX's indices (nearest) or MatMul with JAX's weights.
 
@@ -239,7 +239,7 @@ def _resize_matmul(ctx, x, *, shape, method, antialias, precision):
     axes = _resized_axes(ctx)
     if method == _Method.NEAREST:
         for d, m, n in axes:
-            x = ctx.op.Gather(x, i64(ctx, _nearest_indices(m, n)), axis=d)
+            x = ctx.op.Gather(x, ctx.i64(_nearest_indices(m, n)), axis=d)
         return x
     out_dtype = np.dtype(ctx.avals_out[0].dtype)
     weights = [(d, _weights(m, n, out_dtype, method, antialias, precision)) for d, m, n in axes]
@@ -253,7 +253,7 @@ def _contract(ctx, x, weights):
     """
     out_dtype = np.dtype(ctx.avals_out[0].dtype)
     if np.dtype(ctx.avals_in[0].dtype) != out_dtype:
-        x = cast(ctx, x, out_dtype)
+        x = ctx.cast(x, out_dtype)
     rank = len(ctx.avals_in[0].shape)
     for d, w in weights:
         if d == rank - 1:
@@ -287,7 +287,7 @@ def _st_batching(args, dims, *, shape, spatial_dims, **params):
     return out, 0
 
 
-scale_and_translate_p = rules.primitive(
+scale_and_translate_p = family.primitive(
     "image.scale_and_translate", impl=_st_impl, batching=_st_batching, jvp="fallback"
 )
 
@@ -339,7 +339,7 @@ def _st_binder(original):
     return call
 
 
-rules.intercept("jax.image.scale_and_translate", scale_and_translate_p, binder=_st_binder)
+family.intercept("jax.image.scale_and_translate", scale_and_translate_p, binder=_st_binder)
 
 
 def _st_weights(m, n, s, t, scale_dtype, dtype, method, antialias, precision) -> np.ndarray:
@@ -445,7 +445,7 @@ _s(
 )
 
 
-@rules.lowering(scale_and_translate_p, cases=_ST_CASES)
+@family.lowering(scale_and_translate_p, cases=_ST_CASES)
 def scale_and_translate(
     ctx, x, *, shape, spatial_dims, scale, translation, scale_dtype, method, antialias, precision
 ):
@@ -488,3 +488,6 @@ def _is_resize(ctx, weights, method, antialias, precision) -> bool:
         if want.shape != w.shape or not np.array_equal(want, w):
             return False
     return not resized
+
+
+register = family.register

@@ -26,8 +26,7 @@ import jax.scipy.special as jsp
 import numpy as np
 from jax import lax
 
-from jax2onnx.plugin import case
-from jax2onnx_lax._rules import rules
+from jax2onnx.plugin import Family, case
 from jax2onnx_lax.gamma import (
     HALF_LOG_2PI,
     SHIFT,
@@ -37,6 +36,8 @@ from jax2onnx_lax.gamma import (
     lgamma,
     stirling_correction,
 )
+
+family = Family("lax")
 
 _GAMMA_CAP = 4096  # loop iterations: series / continued fraction of the incomplete gamma
 _BETA_CAP = 2048  # loop iterations (two partial numerators each) of the incomplete beta
@@ -299,7 +300,7 @@ def _gamma_cases(name: str, fn: Any) -> list[Any]:
     ]
 
 
-@rules.lowering(
+@family.lowering(
     lax.igamma_p,
     cases=[
         *_gamma_cases("igamma", lax.igamma),
@@ -324,7 +325,7 @@ def lower_igamma(ctx: Any, a: Any, x: Any, **_: Any) -> Any:
     return decompose_f64(ctx, igamma, a, x)
 
 
-@rules.lowering(
+@family.lowering(
     lax.igammac_p,
     cases=[
         *_gamma_cases("igammac", lax.igammac),
@@ -343,7 +344,7 @@ def lower_igammac(ctx: Any, a: Any, x: Any, **_: Any) -> Any:
     return decompose_f64(ctx, igammac, a, x)
 
 
-@rules.lowering(lax.igamma_grad_a_p, cases=_gamma_cases("igamma_grad_a", lax.igamma_grad_a))
+@family.lowering(lax.igamma_grad_a_p, cases=_gamma_cases("igamma_grad_a", lax.igamma_grad_a))
 def lower_igamma_grad_a(ctx: Any, a: Any, x: Any, **_: Any) -> Any:
     """igamma_grad_a (no ONNX op) -> the igamma series and continued fraction carried with
     their derivatives in a, one float64 Loop until both have converged."""
@@ -357,7 +358,7 @@ def _gamma_sample_grad(alpha: Any) -> Any:
 
 # Not a primitive in JAX 0.10: lax.random_gamma_grad (the gradient of jax.random.gamma) is
 # JAX's own while loops around lgamma and digamma, so these cases test those lowerings.
-rules.add_cases(
+family.add_cases(
     "random_gamma_grad",
     [
         case(
@@ -395,7 +396,7 @@ def _beta_large(seed: int) -> list[np.ndarray]:
     ]
 
 
-@rules.lowering(
+@family.lowering(
     lax.regularized_incomplete_beta_p,
     cases=[
         case(
@@ -427,3 +428,6 @@ def lower_betainc(ctx: Any, a: Any, b: Any, x: Any, **_: Any) -> Any:
     """regularized_incomplete_beta (no ONNX op) -> float64 continued fraction by Lentz's
     method in one Loop until converged, after the symmetry swap, times a float64 prefactor."""
     return decompose_f64(ctx, betainc, a, b, x)
+
+
+register = family.register

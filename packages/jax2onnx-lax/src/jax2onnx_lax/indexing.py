@@ -12,10 +12,10 @@ from __future__ import annotations
 import numpy as np
 from jax import lax
 
-from jax2onnx.dims import is_symbolic
-from jax2onnx.plugin import case
-from jax2onnx_lax._rules import rules
-from jax2onnx_lax._util import cast, i64
+from jax2onnx.plugin import Family, case, is_symbolic
+
+family = Family("lax")
+
 
 _I64 = np.int64
 _END = np.iinfo(np.int64).max
@@ -40,7 +40,7 @@ def as_int64(ctx, x):
         return ctx.const(value.astype(_I64))
     if x.dtype is not None and x.dtype.numpy() == np.dtype(_I64):
         return x
-    return cast(ctx, x, _I64)
+    return ctx.cast(x, _I64)
 
 
 def clamp_starts(ctx, starts, upper):
@@ -67,7 +67,7 @@ def _start_pieces(ctx, starts, axes):
         if value is not None:
             pieces.append(ctx.const(value.reshape(1)))
         else:
-            pieces.append(ctx.op.Unsqueeze(start, i64(ctx, [0])))
+            pieces.append(ctx.op.Unsqueeze(start, ctx.i64([0])))
     return pieces
 
 
@@ -100,7 +100,7 @@ def _update_p(x, update, *starts):
     return lax.dynamic_update_slice_p.bind(x, update, *starts)
 
 
-@rules.lowering(
+@family.lowering(
     lax.dynamic_slice_p,
     cases=[
         case(
@@ -172,10 +172,10 @@ def dynamic_slice(ctx, x, *dynamic, slice_sizes):
         return ctx.op.Identity(x)
     begin = _start_vector(ctx, starts, axes, [shape[a] - slice_sizes[a] for a in axes])
     end = _add(ctx, begin, ctx.shape([slice_sizes[a] for a in axes]))
-    return ctx.op.Slice(x, begin, end, i64(ctx, axes))
+    return ctx.op.Slice(x, begin, end, ctx.i64(axes))
 
 
-@rules.lowering(
+@family.lowering(
     lax.dynamic_update_slice_p,
     cases=[
         case(
@@ -261,9 +261,12 @@ def dynamic_update_slice(ctx, x, update, *starts):
 
 def _splice(ctx, x, update, window):
     (axis, begin, end), inner = window[0], window[1:]
-    axes = i64(ctx, [axis])
+    axes = ctx.i64([axis])
     if inner:
         update = _splice(ctx, ctx.op.Slice(x, begin, end, axes), update, inner)
-    before = ctx.op.Slice(x, i64(ctx, [0]), begin, axes)
-    after = ctx.op.Slice(x, end, i64(ctx, [_END]), axes)
+    before = ctx.op.Slice(x, ctx.i64([0]), begin, axes)
+    after = ctx.op.Slice(x, end, ctx.i64([_END]), axes)
     return ctx.op.Concat(before, update, after, axis=axis)
+
+
+register = family.register

@@ -38,10 +38,10 @@ import numpy as np
 from jax import lax
 from jax.lax import linalg as lax_linalg
 
-from jax2onnx.dims import is_symbolic
-from jax2onnx.plugin import case
+from jax2onnx.plugin import Family, case, is_symbolic
 from jax2onnx_lax import _linalg
-from jax2onnx_lax._rules import rules
+
+family = Family("lax")
 
 
 def scipy_linalg() -> Any:
@@ -91,7 +91,7 @@ def _tri(x: Any) -> Any:
 _NOT_PD = np.array([[4.0, 2.0, 1.0], [2.0, 1.0, 0.5], [1.0, 0.5, 3.0]])
 
 
-@rules.lowering(
+@family.lowering(
     lax_linalg.cholesky_p,
     cases=[
         case("linalg_cholesky", lambda x: lax_linalg.cholesky(spd(x)), [(4, 4)]),
@@ -157,7 +157,7 @@ def _all_forms(left_side: bool):
     return fn
 
 
-@rules.lowering(
+@family.lowering(
     lax_linalg.triangular_solve_p,
     cases=[
         case("linalg_triangular_solve_left", _all_forms(True), [(4, 4), (4, 3)]),
@@ -207,7 +207,7 @@ def triangular_solve(ctx, a, b, **params):
 _SINGULAR = np.array([[1.0, 2.0, 3.0], [2.0, 4.0, 6.0], [1.0, 0.0, 1.0]])
 
 
-@rules.lowering(
+@family.lowering(
     lax_linalg.lu_p,
     cases=[
         case("linalg_lu", lax_linalg.lu, [(5, 5)]),
@@ -265,7 +265,7 @@ def lu(ctx, x, **_):
     return ctx.decompose(_linalg.lu, x)
 
 
-@rules.lowering(
+@family.lowering(
     lax_linalg.lu_pivots_to_permutation_p,
     cases=[
         case(
@@ -303,7 +303,7 @@ def _diagonal_solve(d, b):
     return lax.custom_linear_solve(lambda v: d * v, b, lambda mv, r: r / d, symmetric=True)
 
 
-@rules.lowering(
+@family.lowering(
     "custom_linear_solve",
     cases=[
         case(
@@ -331,7 +331,7 @@ def custom_linear_solve(ctx, *args, const_lengths, jaxprs):
 # -- symmetric_product, cholesky_update, tridiagonal_solve ----------------------------------
 
 
-@rules.lowering(
+@family.lowering(
     lax_linalg.symmetric_product_p,
     cases=[
         case("linalg_symmetric_product", lax_linalg.symmetric_product, [(3, 2), (3, 3)]),
@@ -358,7 +358,7 @@ def symmetric_product(ctx, a, c, *, alpha, beta, **_):
     return ctx.decompose(fn, a, c)
 
 
-@rules.lowering(
+@family.lowering(
     lax_linalg.cholesky_update_p,
     cases=[
         case(
@@ -410,7 +410,7 @@ def _dominant(dl, d, du, b, **params):
     return lax_linalg.tridiagonal_solve(dl, d + 4.0, du, b, **params)
 
 
-@rules.lowering(
+@family.lowering(
     lax_linalg.tridiagonal_solve_p,
     cases=[
         case("linalg_tridiagonal_solve", lax_linalg.tridiagonal_solve, _TRI_PIVOTING),
@@ -454,3 +454,6 @@ def tridiagonal_solve(ctx, dl, d, du, b, *, perturb_singular=False):
     substitution, each a scan over the rows (unrolled up to 16 rows)."""
     check_inputs(ctx, [1, 1, 1, 2])
     return ctx.decompose(_linalg.tridiagonal_solve, dl, d, du, b, perturb_singular=perturb_singular)
+
+
+register = family.register

@@ -35,10 +35,11 @@ import jax.numpy as jnp
 import numpy as np
 from jax.lax import linalg as lax_linalg
 
-from jax2onnx.plugin import case
+from jax2onnx.plugin import Family, case
 from jax2onnx_lax import _linalg_orth
-from jax2onnx_lax._rules import rules
 from jax2onnx_lax.linalg import check_inputs
+
+family = Family("lax")
 
 
 def _orthogonal(n: int, seed: int) -> np.ndarray:
@@ -63,7 +64,7 @@ def _projectors(x):
     return w, jnp.abs(v), jnp.einsum("...ik,...jk->...kij", v, v)
 
 
-@rules.lowering(
+@family.lowering(
     lax_linalg.eigh_p,
     cases=[
         case(
@@ -114,7 +115,7 @@ def _svd_abs(x):
     return s, jnp.abs(u), jnp.abs(vt)
 
 
-@rules.lowering(
+@family.lowering(
     lax_linalg.svd_p,
     cases=[
         case(
@@ -162,3 +163,6 @@ def svd(ctx, x, *, full_matrices, compute_uv, subset_by_index=None, **_):
             "implement it either): compute all singular values and slice them."
         )
     return ctx.decompose(_linalg_orth.svd, x, full_matrices=full_matrices, compute_uv=compute_uv)
+
+
+register = family.register

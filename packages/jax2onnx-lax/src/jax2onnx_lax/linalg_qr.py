@@ -19,10 +19,11 @@ import jax.numpy as jnp
 import numpy as np
 from jax.lax import linalg as lax_linalg
 
-from jax2onnx.plugin import case
+from jax2onnx.plugin import Family, case
 from jax2onnx_lax import _linalg_orth
-from jax2onnx_lax._rules import rules
 from jax2onnx_lax.linalg import check_inputs, scipy_linalg
+
+family = Family("lax")
 
 
 def _raw(x):
@@ -36,7 +37,7 @@ def _qr(mode):
     )  # the converter cannot name NamedTuple outputs
 
 
-@rules.lowering(
+@family.lowering(
     lax_linalg.qr_p,
     cases=[
         case("jnp_linalg_qr_reduced_square", _qr("reduced"), [(4, 4)]),
@@ -72,7 +73,7 @@ def qr(ctx, x, *, full_matrices, pivoting=False, **_):
     return ctx.decompose(_linalg_orth.qr, x, full_matrices=full_matrices, pivoting=pivoting)
 
 
-@rules.lowering(
+@family.lowering(
     "geqrf",
     cases=[
         case("linalg_geqrf_tall", _raw, [(5, 3)]),
@@ -98,7 +99,7 @@ def _geqp3(x, jpvt):
     return private.geqp3(x, jpvt)
 
 
-@rules.lowering(
+@family.lowering(
     "geqp3",
     cases=[
         case("linalg_geqp3", _geqp3, [(4, 5), np.zeros(5, np.int32)]),
@@ -132,7 +133,7 @@ def _ormqr(left, transpose):
     return fn
 
 
-@rules.lowering(
+@family.lowering(
     lax_linalg.householder_product_p,
     cases=[
         case("linalg_householder_product", _product, [(5, 3)]),
@@ -150,7 +151,7 @@ def householder_product(ctx, a, taus, **_):
     return ctx.decompose(_linalg_orth.householder_product, a, taus)
 
 
-@rules.lowering(
+@family.lowering(
     lax_linalg.ormqr_p,
     cases=[
         case("linalg_ormqr_left", _ormqr(True, False), [(5, 3), (5, 2)]),
@@ -169,3 +170,6 @@ def ormqr(ctx, a, taus, c, *, left, transpose, **_):
     product ``Q`` (or ``Q^T``) needs, never forming ``Q``."""
     check_inputs(ctx, [2, 1, 2])
     return ctx.decompose(_linalg_orth.ormqr, a, taus, c, left=left, transpose=transpose)
+
+
+register = family.register

@@ -31,28 +31,14 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from jax2onnx.plugin import call_arguments, case
-from jax2onnx_lax._rules import rules
+from jax2onnx.plugin import Family, call_arguments, case, kernel_dtypes
+
+family = Family("lax")
+
 
 # The originals, captured before any interception patches them.
 _ORIG_CLIP = jnp.clip
 _ORIG_LINSPACE = jnp.linspace
-
-# Dtypes ONNX Runtime has a Clip kernel for (no int16/uint16/bool/bfloat16).
-_CLIP_NATIVE = {
-    np.dtype(d)
-    for d in (
-        np.float16,
-        np.float32,
-        np.float64,
-        np.int8,
-        np.int32,
-        np.int64,
-        np.uint8,
-        np.uint32,
-        np.uint64,
-    )
-}
 
 
 # -- jnp.clip ---------------------------------------------------------------
@@ -76,8 +62,8 @@ def _clip_impl(arr, *, min=None, max=None):  # noqa: A002 - jnp.clip's parameter
     return _ORIG_CLIP(arr, min=min, max=max)
 
 
-clip_p = rules.primitive("numpy.clip", impl=_clip_impl, batching="elementwise", jvp="fallback")
-rules.intercept("jax.numpy.clip", clip_p, accept=_clip_accept)
+clip_p = family.primitive("numpy.clip", impl=_clip_impl, batching="elementwise", jvp="fallback")
+family.intercept("jax.numpy.clip", clip_p, accept=_clip_accept)
 
 
 def _exact_bound(value: Any, dtype: np.dtype) -> np.ndarray | None:
@@ -91,16 +77,16 @@ def _exact_bound(value: Any, dtype: np.dtype) -> np.ndarray | None:
     return np.asarray(value, dtype=dtype)
 
 
-@rules.lowering(clip_p)
+@family.lowering(clip_p, native_dtypes=kernel_dtypes("Clip"))
 def clip(ctx, x, *, min=None, max=None):  # noqa: A002 - jnp.clip's parameter names
     """One Clip with constant bounds (a missing bound is an empty input).
 
-    Other dtypes (int16, uint16, bool, bfloat16: no ORT kernel), a result dtype
-    that differs from the operand's (an integer array clipped by a float) or an
-    integer bound out of range inline JAX's ``maximum``/``minimum``.
+    Other dtypes (int16, uint16, bfloat16: no ORT kernel), a result dtype that
+    differs from the operand's (an integer or bool array clipped by a float or an
+    int) or an integer bound out of range inline JAX's ``maximum``/``minimum``.
     """
     dtype = np.dtype(ctx.avals_in[0].dtype)
-    if dtype in _CLIP_NATIVE and np.dtype(ctx.avals_out[0].dtype) == dtype:
+    if np.dtype(ctx.avals_out[0].dtype) == dtype:
         try:
             lo, hi = _exact_bound(min, dtype), _exact_bound(max, dtype)
         except (ValueError, OverflowError):
@@ -111,12 +97,12 @@ def clip(ctx, x, *, min=None, max=None):  # noqa: A002 - jnp.clip's parameter na
                 None if lo is None else ctx.const(lo),
                 None if hi is None else ctx.const(hi),
             )
-    return ctx.decompose(_clip_impl, x, min=min, max=max)
+    return ctx.fallback()
 
 
 _CLIP_EDGES = np.array([np.nan, -np.inf, np.inf, -5.0, -1.0, -0.5, 0.0, 0.5, 2.0, 3.0, 1e30])
 
-rules.add_cases(
+family.add_cases(
     "jnp.clip",
     [
         case(
@@ -201,7 +187,7 @@ def _linspace_impl(*, start, stop, num, endpoint, retstep, dtype, axis, device):
     return _ORIG_LINSPACE(start, stop, num, endpoint=endpoint, dtype=dtype, axis=axis)
 
 
-linspace_p = rules.primitive("numpy.linspace", impl=_linspace_impl, batching="fallback", jvp=None)
+linspace_p = family.primitive("numpy.linspace", impl=_linspace_impl, batching="fallback", jvp=None)
 
 
 def _linspace_binder(original):
@@ -209,17 +195,17 @@ def _linspace_binder(original):
     return lambda *args, **kwargs: linspace_p.bind(**arguments(*args, **kwargs))
 
 
-rules.intercept("jax.numpy.linspace", linspace_p, binder=_linspace_binder, accept=_linspace_accept)
+family.intercept("jax.numpy.linspace", linspace_p, binder=_linspace_binder, accept=_linspace_accept)
 
 
-@rules.lowering(linspace_p)
+@family.lowering(linspace_p)
 def linspace(ctx, **params):
     """One constant: JAX's own values, computed while converting (no operands)."""
     value = np.asarray(jax.jit(functools.partial(_linspace_impl, **params))())
     return ctx.const(value)
 
 
-rules.add_cases(
+family.add_cases(
     "jnp.linspace",
     [
         case(
@@ -240,7 +226,7 @@ rules.add_cases(
         case("grad", jax.grad(lambda x: (x * x * jnp.linspace(0.0, 1.0, 3)).sum()), [(3,)]),
     ],
 )
-rules.add_cases(
+family.add_cases(
     "jnp.arange",
     [
         case("constant", lambda x: x + jnp.arange(4.0), [("B", 4)], counts={"Add": 1}),
@@ -253,7 +239,7 @@ rules.add_cases(
 # -- lax.tile_p (jnp.tile) ---------------------------------------------------
 
 
-@rules.lowering(
+@family.lowering(
     lax.tile_p,
     cases=[
         case("jnp_tile", lambda x: jnp.tile(x, (2, 3)), [(3, 4)], expect=["Tile:6x12"]),
@@ -267,12 +253,12 @@ rules.add_cases(
 )
 def tile(ctx, x, *, reps, **_):
     """One Tile with constant repeats."""
-    return ctx.op.Tile(x, ctx.const(np.asarray(reps, dtype=np.int64)))
+    return ctx.op.Tile(x, ctx.i64(reps))
 
 
 # -- already compact through lax: cases only ---------------------------------
 
-rules.add_cases(
+family.add_cases(
     "jnp.einsum",
     [
         case(
@@ -317,7 +303,7 @@ rules.add_cases(
         ),
     ],
 )
-rules.add_cases(
+family.add_cases(
     "jnp.moveaxis",
     [
         case(
@@ -346,7 +332,7 @@ rules.add_cases(
         ),
     ],
 )
-rules.add_cases(
+family.add_cases(
     "jnp.repeat",
     [
         case(
@@ -369,7 +355,7 @@ rules.add_cases(
 
 _MASK = np.array([[True, False, True, True], [False, False, True, False], [True] * 4])
 
-rules.add_cases(
+family.add_cases(
     "jnp.reductions_where",
     [
         case("sum_where", lambda x: jnp.sum(x, axis=1, where=_MASK), [(3, 4)]),
@@ -380,7 +366,7 @@ rules.add_cases(
     ],
 )
 _WITH_NAN = np.array([[1.0, np.nan, 3.0], [np.nan, np.nan, np.nan], [-2.0, 0.5, np.nan]])
-rules.add_cases(
+family.add_cases(
     "jnp.nan_functions",
     [
         case("nansum", lambda x: jnp.nansum(x, axis=1), [_WITH_NAN]),
@@ -391,7 +377,7 @@ rules.add_cases(
         case("nansum_random", lambda x: jnp.nansum(x), [("B", 3)]),
     ],
 )
-rules.add_cases(
+family.add_cases(
     "jnp.linalg",
     [
         case("norm_vector", lambda x: jnp.linalg.norm(x), [(5,)]),
@@ -407,14 +393,14 @@ rules.add_cases(
         case("norm_grad", jax.grad(lambda x: jnp.linalg.norm(x)), [(5,)], input_range=(0.5, 2.0)),
     ],
 )
-rules.add_cases(
+family.add_cases(
     "jnp.polyval",
     [
         case("polyval", lambda p, x: jnp.polyval(p, x), [(4,), ("B",)]),
         case("polyval_const", lambda x: jnp.polyval(jnp.array([1.0, -2.0, 0.5]), x), [(5,)]),
     ],
 )
-rules.add_cases(
+family.add_cases(
     "jnp.histogram",
     [
         case(
@@ -431,7 +417,7 @@ rules.add_cases(
         ),
     ],
 )
-rules.add_cases(
+family.add_cases(
     "jnp.windows",
     [
         case("hanning", lambda x: x * jnp.hanning(8), [(8,)]),
@@ -439,7 +425,7 @@ rules.add_cases(
         case("blackman", lambda x: x * jnp.blackman(6), [(6,)]),
     ],
 )
-rules.add_cases(
+family.add_cases(
     "jnp.unique",
     [
         case(
@@ -454,7 +440,7 @@ rules.add_cases(
         ),
     ],
 )
-rules.add_cases(
+family.add_cases(
     "jnp.search",
     [
         case(
@@ -482,7 +468,7 @@ rules.add_cases(
         ),
     ],
 )
-rules.add_cases(
+family.add_cases(
     "jnp.triangular",
     [
         case("tri", lambda x: x * jnp.tri(3, 4, k=1), [(3, 4)]),
@@ -491,7 +477,7 @@ rules.add_cases(
         case("tril_int", lambda x: jnp.tril(x), [(3, 3)], dtypes=[np.int32]),
     ],
 )
-rules.add_cases(
+family.add_cases(
     "jnp.diag",
     [
         case("diag_of_vector", lambda x: jnp.diag(x), [(4,)]),
@@ -499,7 +485,7 @@ rules.add_cases(
         case("diagonal", lambda x: jnp.diagonal(x, axis1=1, axis2=2), [("B", 3, 3)]),
     ],
 )
-rules.add_cases(
+family.add_cases(
     "jnp.rearrange",
     [
         case("roll", lambda x: jnp.roll(x, 2, axis=1), [("B", 5)]),
@@ -516,7 +502,7 @@ rules.add_cases(
         case("concatenate", lambda a, b: jnp.concatenate([a, b], axis=-1), [(2, 3), (2, 5)]),
     ],
 )
-rules.add_cases(
+family.add_cases(
     "jnp.select",
     [
         case("where3", lambda c, a, b: jnp.where(c > 0, a, b), [("B", 4), ("B", 4), ("B", 4)]),
@@ -529,7 +515,7 @@ rules.add_cases(
         ),
     ],
 )
-rules.add_cases(
+family.add_cases(
     "jnp.sorting",
     [
         case("sort", lambda x: jnp.sort(x, axis=-1), [("B", 6)]),
@@ -539,3 +525,6 @@ rules.add_cases(
         case("cumsum_reverse", lambda x: jnp.flip(jnp.cumsum(jnp.flip(x, 0), 0), 0), [(6,)]),
     ],
 )
+
+
+register = family.register

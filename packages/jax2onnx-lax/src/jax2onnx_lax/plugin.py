@@ -1,40 +1,47 @@
-"""Entry point of jax2onnx-lax: imports its family modules by name."""
+"""Entry point of jax2onnx-lax: each call builds a fresh ``Rules`` from the family modules."""
 
 from __future__ import annotations
 
+import importlib
+
 from jax2onnx.plugin import Rules, hookimpl
-from jax2onnx_lax import (  # noqa: F401 - importing a family module registers its rules
-    bessel,
-    binary,
-    bitwise,
-    control_flow,
-    conv,
-    cumulative,
-    dot,
-    fft,
-    gamma,
-    gather,
-    image,
-    incomplete,
-    indexing,
-    linalg,
-    linalg_eig,
-    linalg_qr,
-    numpy_api,
-    ragged,
-    random,
-    reduction,
-    scatter,
-    shape,
-    sort,
-    special,
-    types,
-    unary,
-    windows,
+
+# the family modules, imported by name when the rules are built
+FAMILIES = (
+    "bessel",
+    "binary",
+    "bitwise",
+    "control_flow",
+    "conv",
+    "cumulative",
+    "dot",
+    "fft",
+    "gamma",
+    "gather",
+    "image",
+    "incomplete",
+    "indexing",
+    "linalg",
+    "linalg_eig",
+    "linalg_qr",
+    "numpy_api",
+    "ragged",
+    "random",
+    "reduction",
+    "scatter",
+    "shape",
+    "sort",
+    "special",
+    "types",
+    "unary",
+    "windows",
+    "window_grads",
 )
-from jax2onnx_lax._rules import rules
 
 
 @hookimpl
 def jax2onnx_rules() -> Rules:
+    rules = Rules("lax", libraries=("jax",))
+    for name in FAMILIES:
+        importlib.import_module(f"{__package__}.{name}").register(rules)
     return rules

@@ -20,10 +20,9 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from jax2onnx.dims import is_symbolic
-from jax2onnx.plugin import case
-from jax2onnx_lax._rules import rules
-from jax2onnx_lax._util import cast, i64, permute, where
+from jax2onnx.plugin import Family, case, is_symbolic
+
+family = Family("lax")
 
 
 def _in_group(ctx, sizes: Any, rank: int, size_axes: Sequence[int], ragged: Any, group: int):
@@ -36,7 +35,7 @@ def _in_group(ctx, sizes: Any, rank: int, size_axes: Sequence[int], ragged: Any,
     """
     aval = ctx.avals_in[2]
     if np.dtype(aval.dtype) != np.int64:
-        sizes = cast(ctx, sizes, np.int64)
+        sizes = ctx.cast(sizes, np.int64)
     ends = ctx.op.CumSum(sizes, np.asarray(aval.ndim - 1, np.int64))
     starts = ctx.op.Sub(ends, sizes)
     targets = [*size_axes, group]
@@ -44,14 +43,14 @@ def _in_group(ctx, sizes: Any, rank: int, size_axes: Sequence[int], ragged: Any,
     missing = [i for i in range(rank) if i not in targets]
     bounds = []
     for v in (starts, ends):
-        v = permute(ctx, v, order)
-        bounds.append(ctx.op.Unsqueeze(v, i64(ctx, missing)) if missing else v)
+        v = ctx.transpose(v, order)
+        bounds.append(ctx.op.Unsqueeze(v, ctx.i64(missing)) if missing else v)
     axis, size = ragged
     spread = [size if i == axis else 1 for i in range(rank)]
     if is_symbolic(size):
-        count = ctx.op.Squeeze(ctx.dim(size), i64(ctx, [0]))
+        count = ctx.op.Squeeze(ctx.dim(size), ctx.i64([0]))
         pos = ctx.op.Range(0, count, 1)
-        pos = ctx.op.Unsqueeze(pos, i64(ctx, [i for i in range(rank) if i != axis]))
+        pos = ctx.op.Unsqueeze(pos, ctx.i64([i for i in range(rank) if i != axis]))
     else:
         pos = ctx.const(np.arange(size, dtype=np.int64).reshape(spread))
     return ctx.op.And(ctx.op.LessOrEqual(bounds[0], pos), ctx.op.Less(pos, bounds[1]))
@@ -68,9 +67,9 @@ def _grouped(ctx, x, aval, sizes, group: int, size_axes: Sequence[int], ragged: 
     mask = _in_group(
         ctx, sizes, len(shape), [up(a) for a in size_axes], (up(ragged), aval.shape[ragged]), group
     )
-    expanded = ctx.op.Unsqueeze(x, i64(ctx, [group]))
+    expanded = ctx.op.Unsqueeze(x, ctx.i64([group]))
     zero = np.zeros((), aval.dtype)
-    return where(ctx, mask, expanded, zero, aval.dtype), shape
+    return ctx.where(mask, expanded, zero, aval.dtype), shape
 
 
 def _dot(ctx, a, a_spec, b, b_spec, dims, preferred_element_type):
@@ -79,7 +78,7 @@ def _dot(ctx, a, a_spec, b, b_spec, dims, preferred_element_type):
     product = lambda x, y: lax.dot_general(  # noqa: E731
         x, y, dims, preferred_element_type=preferred_element_type
     )
-    (out,) = ctx.inline(jax.make_jaxpr(product)(*specs), [a, b])
+    (out,) = ctx.inline(ctx.trace(product, *specs), [a, b])
     return out
 
 
@@ -111,7 +110,7 @@ _SIZES = np.array([2, 0, 3], np.int32)  # an empty group; rows past 5 are in non
 _M = {"M": (6, 4, 9)}
 
 
-@rules.lowering(
+@family.lowering(
     "ragged_dot_general",
     cases=[
         case(
@@ -217,3 +216,6 @@ def ragged_dot_general(
     # a ragged batch axis: JAX computes the plain product and ignores the sizes
     lhs_spec = (lhs_aval.shape, lhs_aval.dtype)
     return _dot(ctx, lhs, lhs_spec, rhs, rhs_spec, ((lc, rc), (lb, rb)), pet)
+
+
+register = family.register

@@ -17,7 +17,6 @@ the family needs opset 18 (BitwiseXor). Samplers turn bits into floats with
 
 from __future__ import annotations
 
-import functools
 import math
 from collections.abc import Callable
 from typing import Any
@@ -27,12 +26,11 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from jax2onnx.dims import is_symbolic
-from jax2onnx.keys import physical
-from jax2onnx.plugin import case
+from jax2onnx.plugin import Family, case, is_symbolic, stored_type
 from jax2onnx_lax._casedata import edges
-from jax2onnx_lax._rules import rules
-from jax2onnx_lax._util import cast, i64, reshape
+from jax2onnx_lax._util import reshape
+
+family = Family("lax")
 
 _U32 = np.dtype(np.uint32)
 # Threefry-2x32 (Salmon et al., "Parallel random numbers: as easy as 1, 2, 3", SC'11):
@@ -62,7 +60,7 @@ def _rotate_left(ctx, x, r: int):
     return ctx.op.BitwiseOr(left, ctx.op.BitShift(x, _u32(32 - r), direction="RIGHT"))
 
 
-@rules.lowering("threefry2x32", min_opset=18)
+@family.lowering("threefry2x32", min_opset=18)
 def threefry2x32(ctx, k0, k1, x0, x1):
     """threefry2x32 -> 20 Threefry rounds unrolled in uint32 (Add, BitShift, BitwiseOr,
     BitwiseXor), a key injection after every 4 rounds; no ONNX op hashes. Operands
@@ -79,23 +77,23 @@ def threefry2x32(ctx, k0, k1, x0, x1):
     return [x0, x1]
 
 
-@rules.lowering("iota_2x32_shape")
+@family.lowering("iota_2x32_shape")
 def iota_2x32_shape(ctx, *, shape):
     """iota_2x32_shape -> the row-major flat index as int64 Range, reshaped; its high and
     low 32-bit words by Div by 2^32 and a wrapping Cast to uint32 (no 64-bit iota op)."""
     size = math.prod(shape)
     if is_symbolic(size):
-        limit = ctx.op.Squeeze(ctx.dim(size), i64(ctx, [0]))
+        limit = ctx.op.Squeeze(ctx.dim(size), ctx.i64([0]))
     else:
-        limit = ctx.const(np.asarray(size, np.int64))
-    zero, one = ctx.const(np.asarray(0, np.int64)), ctx.const(np.asarray(1, np.int64))
+        limit = ctx.i64(size)
+    zero, one = ctx.i64(0), ctx.i64(1)
     flat = ctx.op.Range(zero, limit, one)
     index = reshape(ctx, flat, shape)
-    low = cast(ctx, index, _U32)  # int64 -> uint32 keeps the low 32 bits
+    low = ctx.cast(index, _U32)  # int64 -> uint32 keeps the low 32 bits
     if not is_symbolic(size) and size <= 2**32:
         high = ctx.op.Expand(_u32(0), ctx.shape(shape))
     else:
-        high = cast(ctx, ctx.op.Div(index, np.asarray(2**32, np.int64)), _U32)
+        high = ctx.cast(ctx.op.Div(index, np.asarray(2**32, np.int64)), _U32)
     return [high, low]
 
 
@@ -124,14 +122,14 @@ def _on_key_data(ctx, fn: Callable[..., Any], *inputs):
     """Inline ``fn`` traced with key-array operands given as their uint32 key data."""
     specs = []
     for aval in ctx.avals_in:
-        dtype, shape = physical(aval.dtype, aval.shape)
+        dtype, shape = stored_type(aval.dtype, aval.shape)
         specs.append(jax.ShapeDtypeStruct(shape, dtype))
-    closed = jax.make_jaxpr(fn)(*specs)
+    closed = ctx.trace(fn, *specs)
     (out,) = ctx.inline(closed, list(inputs))
     return out
 
 
-@rules.lowering("random_seed")
+@family.lowering("random_seed")
 def random_seed(ctx, seeds, *, impl):
     """random_seed -> the implementation's seed function per element (Threefry: the
     seed's high and low 32 bits as the two key words): shifts, masks and casts."""
@@ -139,7 +137,7 @@ def random_seed(ctx, seeds, *, impl):
     return _on_key_data(ctx, _vmapped(impl.seed, len(ctx.avals_in[0].shape)), seeds)
 
 
-@rules.lowering("random_bits")
+@family.lowering("random_bits")
 def random_bits(ctx, keys, *, bit_width, shape):
     """random_bits -> Threefry of each key over the counters of ``shape`` (threefry2x32 on
     iota_2x32_shape, or on a uint32 iota when jax_threefry_partitionable is off), words
@@ -149,7 +147,7 @@ def random_bits(ctx, keys, *, bit_width, shape):
     return _on_key_data(ctx, fn, keys)
 
 
-@rules.lowering("random_split")
+@family.lowering("random_split")
 def random_split(ctx, keys, *, shape):
     """random_split -> Threefry of each key over the counters of ``shape``, the two output
     words stacked into new key data: JAX's own split traced on the key data."""
@@ -158,7 +156,7 @@ def random_split(ctx, keys, *, shape):
     return _on_key_data(ctx, fn, keys)
 
 
-@rules.lowering("random_fold_in")
+@family.lowering("random_fold_in")
 def random_fold_in(ctx, keys, msgs):
     """random_fold_in -> Threefry of the key over the counter pair (0, msg): JAX's own
     fold_in traced on the key data, keys and messages broadcast to the output shape."""
@@ -172,7 +170,7 @@ def random_fold_in(ctx, keys, msgs):
     return _on_key_data(ctx, fold, keys, msgs)
 
 
-@rules.lowering("random_wrap", "random_unwrap", "random_clone")
+@family.lowering("random_wrap", "random_unwrap", "random_clone")
 def key_identity(ctx, x, **_):
     """random_wrap / random_unwrap / random_clone: a key array is its key data: Identity."""
     if ctx.eqn.primitive.name != "random_unwrap":
@@ -180,20 +178,19 @@ def key_identity(ctx, x, **_):
     return ctx.op.Identity(x)
 
 
-@rules.lowering(jax.random.random_gamma_p)
+@family.lowering(jax.random.random_gamma_p, fallback=jax.random.random_gamma_p.impl)
 def random_gamma(ctx, key, a, *, log_space):
     """random_gamma -> JAX's own sampler (Marsaglia-Tsang rejection: a scan over the
     elements, each a while loop drawing normals and uniforms from split keys) decomposed:
     If/Loop graphs around the Threefry hash. No ONNX op samples a gamma."""
     _impl(ctx, ctx.avals_in[0].dtype)
-    sampler = functools.partial(jax.random.random_gamma_p.impl, log_space=log_space)
-    return ctx.decompose(sampler, key, a)
+    return ctx.fallback()
 
 
 # ---------------------------------------------------------------- XLA's own generators
 
 
-@rules.lowering("rng_uniform", "rng_bit_generator")
+@family.lowering("rng_uniform", "rng_bit_generator")
 def xla_rng(ctx, *_, **__):
     """rng_uniform / rng_bit_generator: refused. Their numbers are whatever XLA's backend
     generator gives (rng_uniform is stateful; RNG_DEFAULT and the state layout of the bit
@@ -231,7 +228,7 @@ def _TF(*args):
     return _jex_random().threefry2x32_p.bind(*args)
 
 
-rules.add_cases(
+family.add_cases(
     "threefry2x32",
     [
         case(
@@ -256,11 +253,11 @@ rules.add_cases(
         ),
     ],
 )
-rules.add_cases(
+family.add_cases(
     "iota_2x32_shape",
     [case("iota_2x32", _iota_2x32, [("B", 3, 2)], no_unused_inputs=False)],
 )
-rules.add_cases(
+family.add_cases(
     "random_seed",
     [
         case(
@@ -283,7 +280,7 @@ rules.add_cases(
         ),
     ],
 )
-rules.add_cases(
+family.add_cases(
     "random_bits",
     [
         *[
@@ -422,7 +419,7 @@ def _split_until(keys, counts):
     return _DATA(jax.vmap(one)(_W(keys), counts))
 
 
-rules.add_cases(
+family.add_cases(
     "random_split",
     [
         case("split", lambda k: _DATA(jax.random.split(_W(k))), [_KEY]),
@@ -454,7 +451,7 @@ rules.add_cases(
         ),
     ],
 )
-rules.add_cases(
+family.add_cases(
     "random_fold_in",
     [
         case("fold_in", lambda k: _DATA(jax.random.fold_in(_W(k), 12345)), [_KEY]),
@@ -474,7 +471,7 @@ rules.add_cases(
         case("fori_fold_in", _fori_fold_in, [_KEY, _Q]),
     ],
 )
-rules.add_cases(
+family.add_cases(
     jax.random.random_gamma_p,
     [
         case(
@@ -494,7 +491,7 @@ rules.add_cases(
         ),
     ],
 )
-rules.add_cases(
+family.add_cases(
     "random_wrap",
     [
         case("key_data_roundtrip", lambda k: _DATA(_W(_DATA(_W(k)))), [_KEY]),
@@ -508,3 +505,6 @@ rules.add_cases(
         case("clone", lambda k: _DATA(jax.random.clone(_W(k))), [_KEY]),
     ],
 )
+
+
+register = family.register

@@ -16,23 +16,13 @@ import ml_dtypes
 import numpy as np
 from jax import lax
 
-from jax2onnx.dims import is_symbolic
-from jax2onnx.plugin import case
-from jax2onnx_lax._rules import rules
-from jax2onnx_lax._util import cast, i64
+from jax2onnx.plugin import Family, case, is_symbolic
+
+family = Family("lax")
+
 
 _INT64_MIN = np.iinfo(np.int64).min
 
-# dtype -> dtype ONNX Runtime reduces in; every mapping is exact (wrapping sums
-# and products survive the round trip, since casting back to a narrower integer wraps).
-_ARITHMETIC = {
-    np.dtype(np.int8): np.int32,
-    np.dtype(np.int16): np.int32,
-    np.dtype(np.uint8): np.int32,
-    np.dtype(np.uint16): np.int32,
-    np.dtype(np.uint32): np.int64,
-    np.dtype(np.uint64): np.int64,
-}
 _ORDERED = {  # for max/min/argmax/argmin; uint64 is handled by a bias into int64
     np.dtype(np.bool_): np.uint8,
     np.dtype(np.int16): np.int32,
@@ -57,14 +47,14 @@ class _Reducer:
         if not axes:
             return self.ctx.op.Identity(x)
         if self.axes_as_input or op_type == "ReduceSum":
-            return op(x, i64(self.ctx, list(axes)), keepdims=0)
+            return op(x, self.ctx.i64(list(axes)), keepdims=0)
         return op(x, axes=list(axes), keepdims=0)
 
 
 def _two_forms(primitive, cases):
     """Register ``rule(ctx, x, reduce, **params)`` for opset 18+ and for opsets 13-17."""
 
-    def register(rule):
+    def declare(rule):
         def axes_as_inputs(ctx, x, **params):
             return rule(ctx, x, _Reducer(ctx, True), **params)
 
@@ -74,11 +64,11 @@ def _two_forms(primitive, cases):
         for fn in (axes_as_inputs, axes_as_attributes):
             fn.__name__ = fn.__qualname__ = f"{rule.__name__}_{fn.__name__}"
             fn.__doc__ = rule.__doc__
-        rules.lowering(primitive, min_opset=18, cases=cases)(axes_as_inputs)
-        rules.lowering(primitive, min_opset=13)(axes_as_attributes)
+        family.lowering(primitive, min_opset=18, cases=cases)(axes_as_inputs)
+        family.lowering(primitive, min_opset=13)(axes_as_attributes)
         return rule
 
-    return register
+    return declare
 
 
 def _dtype(ctx):
@@ -97,18 +87,18 @@ def _may_be_empty(ctx, axes) -> bool:
 def _ordered(ctx, x, dtype):
     """``x`` in a dtype ORT compares, with the same order; and the map back."""
     if dtype == np.uint64:  # u - 2**63 keeps the order in int64 (wrapping add)
-        shifted = ctx.op.Add(cast(ctx, x, np.int64), np.int64(_INT64_MIN))
-        return shifted, lambda y: cast(ctx, ctx.op.Sub(y, np.int64(_INT64_MIN)), dtype)
+        shifted = ctx.op.Add(ctx.cast(x, np.int64), np.int64(_INT64_MIN))
+        return shifted, lambda y: ctx.cast(ctx.op.Sub(y, np.int64(_INT64_MIN)), dtype)
     wide = _ORDERED.get(dtype)
     if wide is None:
         return x, lambda y: y
-    return cast(ctx, x, wide), lambda y: cast(ctx, y, dtype)
+    return ctx.cast(x, wide), lambda y: ctx.cast(y, dtype)
 
 
 def _nan_flags(ctx, reduce, x, axes):
     """(bool: any NaN over ``axes``, uint8 NaN mask) for float ``x``."""
-    mask = cast(ctx, ctx.op.IsNaN(x), np.uint8)
-    return cast(ctx, reduce("ReduceMax", mask, axes), np.bool_), mask
+    mask = ctx.cast(ctx.op.IsNaN(x), np.uint8)
+    return ctx.cast(reduce("ReduceMax", mask, axes), np.bool_), mask
 
 
 def _extreme(ctx, reduce, op_type, x, axes):
@@ -148,10 +138,10 @@ def _arithmetic(ctx, reduce, op_type, x, axes):
         return reduce(op_type, x, axes)
     shape = ctx.avals_in[0].shape
     kept = [a for a in range(len(shape)) if a not in axes]
-    flat = cast(ctx, x, np.int64)
+    flat = ctx.cast(x, np.int64)
     if kept + list(axes) != list(range(len(shape))):
         flat = ctx.op.Transpose(flat, perm=kept + list(axes))
-    flat = ctx.op.Reshape(flat, i64(ctx, [0] * len(kept) + [-1] if kept else [1, -1]))
+    flat = ctx.op.Reshape(flat, ctx.i64([0] * len(kept) + [-1] if kept else [1, -1]))
     size = _product(shape[a] for a in axes)
     if op_type == "ReduceSum":
         ones = ctx.op.Expand(np.ones((1, 1), np.int64), ctx.shape([size, 1]))
@@ -160,7 +150,7 @@ def _arithmetic(ctx, reduce, op_type, x, axes):
         y = reduce("ReduceProd", flat, [max(len(kept), 1)])
     else:
         y = _mul_fold(ctx, flat, size, max(len(kept), 1))
-    return cast(ctx, ctx.op.Reshape(y, i64(ctx, [0] * len(kept))), dtype)
+    return ctx.cast(ctx.op.Reshape(y, ctx.i64([0] * len(kept))), dtype)
 
 
 def _product(dims):
@@ -174,11 +164,11 @@ def _mul_fold(ctx, flat, size, axis):
     """Product over the static last axis of ``flat`` by halving with Mul (log2 steps)."""
     while size > 1:
         half = size // 2
-        lo = ctx.op.Slice(flat, i64(ctx, [0]), i64(ctx, [half]), i64(ctx, [axis]))
-        hi = ctx.op.Slice(flat, i64(ctx, [half]), i64(ctx, [2 * half]), i64(ctx, [axis]))
+        lo = ctx.op.Slice(flat, ctx.i64([0]), ctx.i64([half]), ctx.i64([axis]))
+        hi = ctx.op.Slice(flat, ctx.i64([half]), ctx.i64([2 * half]), ctx.i64([axis]))
         folded = ctx.op.Mul(lo, hi)
         if size % 2:
-            rest = ctx.op.Slice(flat, i64(ctx, [2 * half]), i64(ctx, [size]), i64(ctx, [axis]))
+            rest = ctx.op.Slice(flat, ctx.i64([2 * half]), ctx.i64([size]), ctx.i64([axis]))
             folded = ctx.op.Concat(folded, rest, axis=axis)
         flat, size = folded, half + size % 2
     return flat
@@ -211,7 +201,7 @@ def _sum(axes):
     return lambda x: lax.reduce_sum_p.bind(x, axes=axes, out_sharding=None)
 
 
-@rules.lowering(
+@family.lowering(
     lax.reduce_sum_p,
     min_opset=13,
     cases=[
@@ -312,10 +302,10 @@ def reduce_min(ctx, x, reduce, *, axes, **_):
 def _bool_fold(ctx, reduce, kind, b, axes):
     """and -> ReduceMin, or -> ReduceMax over uint8; xor -> parity of a ReduceSum."""
     if kind == "xor":
-        count = reduce("ReduceSum", cast(ctx, b, np.int64), axes)
-        return cast(ctx, ctx.op.Mod(count, np.int64(2)), np.bool_)
+        count = reduce("ReduceSum", ctx.cast(b, np.int64), axes)
+        return ctx.cast(ctx.op.Mod(count, np.int64(2)), np.bool_)
     op_type = "ReduceMin" if kind == "and" else "ReduceMax"
-    return cast(ctx, reduce(op_type, cast(ctx, b, np.uint8), axes), np.bool_)
+    return ctx.cast(reduce(op_type, ctx.cast(b, np.uint8), axes), np.bool_)
 
 
 def _logical(ctx, reduce, kind, x, axes):
@@ -333,15 +323,15 @@ def _logical(ctx, reduce, kind, x, axes):
         return _bool_fold(ctx, reduce, kind, x, axes)
     n = dtype.itemsize * 8
     rank = len(ctx.avals_in[0].shape)
-    wide = ctx.op.Unsqueeze(cast(ctx, x, np.uint64), i64(ctx, [rank]))
+    wide = ctx.op.Unsqueeze(ctx.cast(x, np.uint64), ctx.i64([rank]))
     shifted = ctx.op.BitShift(wide, np.arange(n, dtype=np.uint64), direction="RIGHT")
-    planes = cast(ctx, ctx.op.Mod(shifted, np.uint64(2)), np.bool_)
+    planes = ctx.cast(ctx.op.Mod(shifted, np.uint64(2)), np.bool_)
     folded = _bool_fold(ctx, reduce, kind, planes, axes)
     weights = [1 << b for b in range(n)]
     if np.issubdtype(dtype, np.signedinteger) or n == 64:
         weights[-1] = -(1 << (n - 1))
-    value = ctx.op.MatMul(cast(ctx, folded, np.int64), np.asarray(weights, np.int64))
-    return cast(ctx, value, dtype)
+    value = ctx.op.MatMul(ctx.cast(folded, np.int64), np.asarray(weights, np.int64))
+    return ctx.cast(value, dtype)
 
 
 _BOOLS = np.array([[True, True, False], [True, True, True], [False, False, False]])
@@ -395,7 +385,7 @@ def _arg(ctx, reduce, op_type, x, axes, index_dtype):
         first_nan = ctx.op.ArgMax(mask, axis=axis, keepdims=0, select_last_index=0)
         index = ctx.op.Where(any_nan, first_nan, index)
     if np.dtype(index_dtype) != np.int64:
-        index = cast(ctx, index, index_dtype)
+        index = ctx.cast(index, index_dtype)
     return index
 
 
@@ -477,7 +467,7 @@ def _reduce(x, init, *, prim, combine, axes):
 _NO_SHARDING = {lax.reduce_and_p, lax.reduce_or_p, lax.reduce_xor_p}
 
 
-@rules.lowering(
+@family.lowering(
     "reduce",
     cases=[
         case("add_init_one", lambda x: lax.reduce(x, 1.0, lax.add, (0,)), [("B", 4)]),
@@ -511,16 +501,16 @@ def reduce(ctx, *operands, jaxpr, dimensions, **_):
     Lowered by inlining that JAX computation, so the reduce_* lowerings (kernel gaps,
     NaN semantics, opset forms) apply unchanged.
     """
-    import jax
-
     n = len(operands) // 2
     body = getattr(jaxpr, "jaxpr", jaxpr)
     outs = []
     for k, name in enumerate(_monoids(ctx, body, n)):
         prim, combine = _MONOIDS[name]
         fn = functools.partial(_reduce, prim=prim, combine=combine, axes=tuple(dimensions))
-        avals = (ctx.avals_in[k], ctx.avals_in[n + k])
-        specs = [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in avals]
-        (out,) = ctx.inline(jax.make_jaxpr(fn)(*specs), [operands[k], operands[n + k]])
+        closed = ctx.trace(fn, ctx.avals_in[k], ctx.avals_in[n + k])
+        (out,) = ctx.inline(closed, [operands[k], operands[n + k]])
         outs.append(out)
     return outs
+
+
+register = family.register

@@ -34,13 +34,11 @@ from jax import lax
 from jax.core import ShapedArray
 from jax.lax import GatherScatterMode, ScatterDimensionNumbers
 
-from jax2onnx.dims import is_symbolic
-from jax2onnx.plugin import case
-from jax2onnx_lax._rules import rules
-from jax2onnx_lax._util import cast, i64, permute, where
-from jax2onnx_lax.binary import maximum, minimum
+from jax2onnx.plugin import Family, case, is_symbolic
 from jax2onnx_lax.gather import in_bounds, window_grid
 from jax2onnx_lax.indexing import as_int64, clamp_starts, constant, same_dim
+
+family = Family("lax")
 
 _I64 = np.int64
 _I32 = np.int32
@@ -71,22 +69,22 @@ def _scatter(ctx, operand, indices, updates, dn, mode, reduction):
         else:
             keep = in_bounds(ctx, starts, upper)
     index = _group_starts(ctx, starts, smap, group, batching, ishape[:-1])
-    x = permute(ctx, operand, group + rest)
+    x = ctx.transpose(operand, group + rest)
     if keep is not None:
         scratch = ctx.shape([shape[group[0]]] + [0] * (len(group) - 1))
-        index = ctx.op.Where(ctx.op.Unsqueeze(keep, i64(ctx, [-1])), index, scratch)
+        index = ctx.op.Where(ctx.op.Unsqueeze(keep, ctx.i64([-1])), index, scratch)
         size = window.get(group[0], 1)
-        x = ctx.op.Concat(x, ctx.op.Slice(x, i64(ctx, [0]), ctx.dim(size), i64(ctx, [0])), axis=0)
+        x = ctx.op.Concat(x, ctx.op.Slice(x, ctx.i64([0]), ctx.dim(size), ctx.i64([0])), axis=0)
     grid = [d for d in group if d in window]
     if grid:
         sizes = [window[d] for d in grid]
         index = ctx.op.Add(
-            ctx.op.Unsqueeze(index, i64(ctx, list(range(n, n + len(grid))))),
+            ctx.op.Unsqueeze(index, ctx.i64(list(range(n, n + len(grid))))),
             ctx.const(window_grid(ctx, sizes, group, grid)),
         )
     scatter_axes = [u for u in range(len(ushape)) if u not in dn.update_window_dims]
     to_update = dict(zip(window_dims, dn.update_window_dims))
-    updates = permute(ctx, updates, scatter_axes + [to_update[d] for d in grid + rest])
+    updates = ctx.transpose(updates, scatter_axes + [to_update[d] for d in grid + rest])
     if reduction is _loop_min or reduction is _loop_max:
         count = math.prod([*ishape[:-1], *(window[d] for d in grid)])
         extended = [shape[d] for d in group]
@@ -97,9 +95,9 @@ def _scatter(ctx, operand, indices, updates, dn, mode, reduction):
     else:
         result = reduction(ctx, x, index, updates)
     if keep is not None:
-        result = ctx.op.Slice(result, i64(ctx, [0]), ctx.dim(shape[group[0]]), i64(ctx, [0]))
+        result = ctx.op.Slice(result, ctx.i64([0]), ctx.dim(shape[group[0]]), ctx.i64([0]))
     order = group + rest
-    return permute(ctx, result, [order.index(d) for d in range(rank)])
+    return ctx.transpose(result, [order.index(d) for d in range(rank)])
 
 
 def _group_starts(ctx, starts, smap, group, batching, batch_shape):
@@ -115,11 +113,11 @@ def _group_starts(ctx, starts, smap, group, batching, batch_shape):
         if value is not None:
             value = np.concatenate([value, np.zeros((*value.shape[:-1], 1), _I64)], axis=-1)
         else:
-            starts = ctx.op.Pad(starts, i64(ctx, [0] * (2 * n + 1) + [1]))
+            starts = ctx.op.Pad(starts, ctx.i64([0] * (2 * n + 1) + [1]))
     if value is not None:
         starts = ctx.const(value[..., cols])
     elif cols != list(range(len(smap))):
-        starts = ctx.op.Gather(starts, i64(ctx, cols), axis=n)
+        starts = ctx.op.Gather(starts, ctx.i64(cols), axis=n)
     for j, d in enumerate(group):
         if d not in batching:
             continue
@@ -129,10 +127,10 @@ def _group_starts(ctx, starts, smap, group, batching, batch_shape):
         column = np.zeros(len(group), _I64)
         column[j] = 1
         if is_symbolic(size):
-            end = ctx.op.Squeeze(ctx.dim(size), i64(ctx, [0]))
+            end = ctx.op.Squeeze(ctx.dim(size), ctx.i64([0]))
             iota = ctx.op.Range(ctx.const(_I64(0)), end, ctx.const(_I64(1)))
             others = [a for a in range(n + 1) if a != axis]
-            iota = ctx.op.Mul(ctx.op.Unsqueeze(iota, i64(ctx, others)), ctx.const(column))
+            iota = ctx.op.Mul(ctx.op.Unsqueeze(iota, ctx.i64(others)), ctx.const(column))
         else:
             iota = ctx.const(np.arange(int(size), dtype=_I64).reshape(view) * column)
         starts = ctx.op.Add(starts, iota)
@@ -157,7 +155,7 @@ def _sub(ctx, x, index, updates):
     """Adds the negated updates; unsigned ints are negated (mod 2**bits) through int64."""
     dtype = np.dtype(ctx.avals_out[0].dtype)
     if np.issubdtype(dtype, np.unsignedinteger):
-        negated = cast(ctx, ctx.op.Neg(cast(ctx, updates, _I64)), dtype)
+        negated = ctx.cast(ctx.op.Neg(ctx.cast(updates, _I64)), dtype)
     else:
         negated = ctx.op.Neg(updates)
     return ctx.op.ScatterND(x, index, negated, reduction="add")
@@ -168,48 +166,48 @@ def _extremum(kind):
         dtype = np.dtype(ctx.avals_out[0].dtype)
         if dtype == np.bool_:  # no bool kernel with min/max: uint8 is exact
             combined = ctx.op.ScatterND(
-                cast(ctx, x, _U8), index, cast(ctx, updates, _U8), reduction=kind
+                ctx.cast(x, _U8), index, ctx.cast(updates, _U8), reduction=kind
             )
-            return cast(ctx, combined, dtype)
+            return ctx.cast(combined, dtype)
         combined = ctx.op.ScatterND(x, index, updates, reduction=kind)
         if not np.issubdtype(dtype, np.floating):
             return combined
         # ONNX Runtime's min/max drop NaN; XLA's propagate it from operand and updates.
         nan = ctx.op.ScatterND(
-            cast(ctx, ctx.op.IsNaN(x), _U8),
+            ctx.cast(ctx.op.IsNaN(x), _U8),
             index,
-            cast(ctx, ctx.op.IsNaN(updates), _U8),
+            ctx.cast(ctx.op.IsNaN(updates), _U8),
             reduction="max",
         )
-        return where(ctx, cast(ctx, nan, np.bool_), np.asarray(np.nan, dtype), combined, dtype)
+        return ctx.where(ctx.cast(nan, np.bool_), np.asarray(np.nan, dtype), combined, dtype)
 
     return combine
 
 
 def _loop_min(ctx, x, y, dtype):
-    return minimum(ctx, x, y, dtype)
+    return ctx.minimum(x, y, dtype)
 
 
 def _loop_max(ctx, x, y, dtype):
-    return maximum(ctx, x, y, dtype)
+    return ctx.maximum(x, y, dtype)
 
 
 def _loop(ctx, x, index, updates, combine, count, carry, depth):
     """One Loop step per update slice: read it back, combine, write it (opset 17 min/max)."""
     tail = list(carry.shape[depth:])
-    index = ctx.op.Reshape(index, i64(ctx, [-1, depth]))
+    index = ctx.op.Reshape(index, ctx.i64([-1, depth]))
     if any(is_symbolic(d) for d in tail):
-        spec = ctx.op.Concat(i64(ctx, [-1]), ctx.shape(tail), axis=0)
+        spec = ctx.op.Concat(ctx.i64([-1]), ctx.shape(tail), axis=0)
     else:
-        spec = i64(ctx, [-1] + [int(d) for d in tail])
+        spec = ctx.i64([-1] + [int(d) for d in tail])
     updates = ctx.op.Reshape(updates, spec)
-    trips = ctx.op.Squeeze(ctx.dim(count)) if is_symbolic(count) else i64(ctx, count)
+    trips = ctx.op.Squeeze(ctx.dim(count)) if is_symbolic(count) else ctx.i64(count)
     body = ctx.subgraph("scatter_body")
     step = body.add_input(np.int64, ())
     keep_going = body.add_input(np.bool_, ())
     state = body.add_input(carry.dtype, carry.shape)
-    where_to = body.op.Unsqueeze(body.op.Gather(index, step, axis=0), i64(ctx, [0]))
-    value = body.op.Gather(updates, body.op.Unsqueeze(step, i64(ctx, [0])), axis=0)
+    where_to = body.op.Unsqueeze(body.op.Gather(index, step, axis=0), ctx.i64([0]))
+    value = body.op.Gather(updates, body.op.Unsqueeze(step, ctx.i64([0])), axis=0)
     current = body.op.GatherND(state, where_to)
     new = body.op.ScatterND(state, where_to, combine(body.ctx, current, value, carry.dtype))
     graph = body.finish([keep_going, new], [ShapedArray((), np.bool_), carry])
@@ -227,7 +225,7 @@ def _lowering(prim, combine, min_opset, cases, doc):
 
     lower.__name__ = lower.__qualname__ = prim.name.replace("-", "_")
     lower.__doc__ = doc
-    return rules.lowering(prim, min_opset=min_opset, cases=cases)(lower)
+    return family.lowering(prim, min_opset=min_opset, cases=cases)(lower)
 
 
 # -- cases -------------------------------------------------------------------------
@@ -565,3 +563,6 @@ _lowering(
     _extremum_cases("max"),
     "scatter-max -> ScatterND(reduction='max'); NaN marked by a second ScatterND (max).",
 )
+
+
+register = family.register

@@ -8,10 +8,10 @@ import ml_dtypes
 import numpy as np
 from jax import lax
 
-from jax2onnx.dims import is_symbolic
-from jax2onnx.dtypes import onnx_dtype
-from jax2onnx.plugin import case
-from jax2onnx_lax._rules import rules
+from jax2onnx.plugin import Family, case, is_symbolic, onnx_dtype
+
+family = Family("lax")
+
 
 _I64 = np.int64
 
@@ -20,7 +20,7 @@ def _axes(ctx, axes):
     return ctx.const(np.asarray(list(axes), dtype=_I64))
 
 
-@rules.lowering(
+@family.lowering(
     lax.broadcast_in_dim_p,
     cases=[
         case(
@@ -78,7 +78,7 @@ def _same(a, b) -> bool:
     return int(a) == int(b)
 
 
-@rules.lowering(
+@family.lowering(
     lax.reshape_p,
     cases=[
         case(
@@ -126,7 +126,7 @@ def reshape(ctx, x, *dyn_shape, new_sizes, dimensions, **_):
     return ctx.op.Reshape(x, ctx.const(np.asarray(target, _I64)))
 
 
-@rules.lowering(
+@family.lowering(
     lax.transpose_p,
     cases=[
         case(
@@ -143,7 +143,7 @@ def transpose(ctx, x, *, permutation):
     return ctx.op.Transpose(x, perm=list(permutation))
 
 
-@rules.lowering(
+@family.lowering(
     lax.squeeze_p,
     cases=[
         case("squeeze", lambda x: lax.squeeze(x, (1,)), [("B", 1, 3)], expect=["Squeeze:Bx3"]),
@@ -155,7 +155,7 @@ def squeeze(ctx, x, *, dimensions):
     return ctx.op.Squeeze(x, _axes(ctx, dimensions))
 
 
-@rules.lowering(
+@family.lowering(
     lax.concatenate_p,
     cases=[
         case(
@@ -182,7 +182,7 @@ def concatenate(ctx, *xs, dimension):
     return ctx.op.Concat(*xs, axis=int(dimension))
 
 
-@rules.lowering(
+@family.lowering(
     lax.stack_p,
     cases=[
         case(
@@ -201,11 +201,11 @@ def concatenate(ctx, *xs, dimension):
 )
 def stack(ctx, *xs, axis):
     """Unsqueeze every operand at ``axis``, then one Concat."""
-    axes = ctx.const(np.asarray([int(axis)], np.int64))
+    axes = ctx.i64([int(axis)])
     return ctx.op.Concat(*(ctx.op.Unsqueeze(x, axes) for x in xs), axis=int(axis))
 
 
-@rules.lowering(
+@family.lowering(
     "unstack",
     cases=[
         case("unstack", jnp.unstack, [(3, "B")], expect=["Split -> Squeeze:B"]),
@@ -224,7 +224,7 @@ def unstack(ctx, x, *, axis):
     return [ctx.op.Squeeze(piece, axes) for piece in pieces]
 
 
-@rules.lowering(
+@family.lowering(
     lax.slice_p,
     cases=[
         case("slice", lambda x: lax.slice(x, (0, 1), (2, 4)), [(3, 5)], expect=["Slice:2x3"]),
@@ -251,7 +251,7 @@ def slice_(ctx, x, *, start_indices, limit_indices, strides):
     )
 
 
-@rules.lowering(
+@family.lowering(
     lax.split_p,
     min_opset=13,
     cases=[
@@ -273,10 +273,7 @@ def _pad_case(name, value, config, dtype):
     return case(name, lambda x: lax.pad(x, value, config), [(2,) * len(config)], dtypes=[dtype])
 
 
-_WIDER = {np.dtype(np.int16): np.int32, np.dtype(np.uint16): np.int32}  # no ORT Pad kernel
-
-
-@rules.lowering(
+@family.lowering(
     lax.pad_p,
     cases=[
         case("pad", lambda x: jnp.pad(x, ((1, 2), (0, 1))), [("B", 3)], expect=["Pad"]),
@@ -306,8 +303,8 @@ def pad(ctx, x, value, *, padding_config):
     negative high pad together with JAX's own low/high padding.
     """
     dtype = np.dtype(ctx.avals_in[0].dtype)
-    wide = _WIDER.get(dtype)
-    if wide is not None:
+    wide = ctx.kernel_dtype("Pad", dtype) if dtype.kind in "iu" else dtype
+    if wide != dtype:  # int16/uint16: padded in int32, exact
         x = ctx.op.Cast(x, to=onnx_dtype(wide))
         value = ctx.op.Cast(value, to=onnx_dtype(wide))
     shape = ctx.avals_in[0].shape
@@ -324,7 +321,7 @@ def pad(ctx, x, value, *, padding_config):
         x = ctx.op.Pad(x, ctx.const(np.asarray(lows + highs, _I64)), value)
     elif not spread:
         x = ctx.op.Identity(x)
-    return x if wide is None else ctx.op.Cast(x, to=onnx_dtype(dtype))
+    return x if wide == dtype else ctx.op.Cast(x, to=onnx_dtype(dtype))
 
 
 def _interior(ctx, x, value, shape, spread, padding_config):
@@ -343,7 +340,7 @@ def _interior(ctx, x, value, shape, spread, padding_config):
     return ctx.op.Reshape(y, ctx.const(np.asarray(target, _I64)))
 
 
-@rules.lowering(
+@family.lowering(
     lax.rev_p,
     cases=[
         case("rev", lambda x: lax.rev(x, (0, 1)), [("B", 3)], expect=["Slice"]),
@@ -366,7 +363,7 @@ def rev(ctx, x, *, dimensions):
 _IOTA_DTYPES = [np.int8, np.uint8, np.int16, np.uint32, np.float16, ml_dtypes.bfloat16]
 
 
-@rules.lowering(
+@family.lowering(
     lax.iota_p,
     cases=[
         case("arange", lambda x: x + jnp.arange(5, dtype=jnp.float32), [(5,)]),
@@ -425,7 +422,7 @@ def iota(ctx, *dyn, dtype, shape, dimension, **_):
     return ramp
 
 
-@rules.lowering(
+@family.lowering(
     "dim_as_value",
     cases=[
         case("mean_over_batch", lambda x: jnp.mean(x, axis=0), [("B", 3)]),
@@ -435,5 +432,8 @@ def iota(ctx, *dyn, dtype, shape, dimension, **_):
 )
 def dim_as_value(ctx, *, dim):
     """A (symbolic) dimension used as a number: its int64 value, squeezed and cast."""
-    value = ctx.op.Squeeze(ctx.dim(dim), ctx.const(np.asarray([0], np.int64)))
+    value = ctx.op.Squeeze(ctx.dim(dim), ctx.i64([0]))
     return ctx.op.Cast(value, to=onnx_dtype(ctx.avals_out[0].dtype))
+
+
+register = family.register

@@ -28,9 +28,10 @@ import ml_dtypes
 import numpy as np
 from jax import lax
 
-from jax2onnx.plugin import case
-from jax2onnx_lax._rules import rules
-from jax2onnx_lax._util import cast, i64
+from jax2onnx.plugin import Family, case
+
+family = Family("lax")
+
 
 _INT64_MIN = np.iinfo(np.int64).min
 _BFLOAT16 = np.dtype(ml_dtypes.bfloat16)
@@ -57,39 +58,34 @@ def _levels(ctx, x, dtype, *, total_order: bool) -> list:
     if np.issubdtype(dtype, np.complexfloating):
         raise ctx.error("sorting complex numbers is not supported")
     if dtype == np.uint64:  # u - 2**63 keeps the order in int64 (wrapping add)
-        return [ctx.op.Add(cast(ctx, x, np.int64), np.int64(_INT64_MIN))]
+        return [ctx.op.Add(ctx.cast(x, np.int64), np.int64(_INT64_MIN))]
     if not _is_float(dtype):
         wide = _INT_KEY.get(dtype)
-        return [x if wide is None else cast(ctx, x, wide)]
+        return [x if wide is None else ctx.cast(x, wide)]
     wide = _WIDER.get(dtype)
     if wide is not None:
         return [_widened_key(ctx, x, np.dtype(wide), total_order)]
     nan = ctx.op.IsNaN(x)
-    levels = [cast(ctx, nan, np.uint8), ctx.op.Where(nan, _const(ctx, 0, dtype), x)]
+    levels = [ctx.cast(nan, np.uint8), ctx.op.Where(nan, ctx.const(0, dtype), x)]
     if total_order:  # 1 for everything but -0.0, so -0.0 sorts below 0.0
-        levels.append(cast(ctx, ctx.op.Not(_negative_zero(ctx, x, dtype)), np.uint8))
+        levels.append(ctx.cast(ctx.op.Not(_negative_zero(ctx, x, dtype)), np.uint8))
     return levels
 
 
-def _const(ctx, value, dtype):
-    """A constant of ``dtype`` (explicit, so float64 never narrows without x64)."""
-    return ctx.const(np.asarray(value, dtype), dtype)
-
-
 def _widened_key(ctx, x, wide, total_order):
-    w = cast(ctx, x, wide)
-    top = _const(ctx, np.finfo(wide).max, wide)
-    key = ctx.op.Where(ctx.op.Equal(w, _const(ctx, np.inf, wide)), top, w)
-    key = ctx.op.Where(ctx.op.IsNaN(w), _const(ctx, np.inf, wide), key)
+    w = ctx.cast(x, wide)
+    top = ctx.const(np.finfo(wide).max, wide)
+    key = ctx.op.Where(ctx.op.Equal(w, ctx.const(np.inf, wide)), top, w)
+    key = ctx.op.Where(ctx.op.IsNaN(w), ctx.const(np.inf, wide), key)
     if total_order:
-        tiny = _const(ctx, -np.finfo(wide).smallest_subnormal, wide)
+        tiny = ctx.const(-np.finfo(wide).smallest_subnormal, wide)
         key = ctx.op.Where(_negative_zero(ctx, w, wide), tiny, key)
     return key
 
 
 def _negative_zero(ctx, x, dtype):
-    zero = _const(ctx, 0, dtype)
-    inverse = ctx.op.Div(_const(ctx, 1, dtype), x)
+    zero = ctx.const(0, dtype)
+    inverse = ctx.op.Div(ctx.const(1, dtype), x)
     return ctx.op.And(ctx.op.Equal(x, zero), ctx.op.Less(inverse, zero))
 
 
@@ -118,7 +114,7 @@ def _select(ctx, x, levels, axis, k, *, largest):
         return values, idx
     idx = _order(ctx, levels, axis, ctx.dim(n), largest=largest)
     if str(k) != str(n):
-        idx = ctx.op.Slice(idx, i64(ctx, [0]), ctx.dim(k), i64(ctx, [axis]))
+        idx = ctx.op.Slice(idx, ctx.i64([0]), ctx.dim(k), ctx.i64([axis]))
     return ctx.op.GatherElements(x, idx, axis=axis), idx
 
 
@@ -147,7 +143,7 @@ def _int_sort_cases():
     return cases
 
 
-@rules.lowering(
+@family.lowering(
     lax.sort_p,
     cases=[
         case("sort_last", jnp.sort, [("B", 5)], expect=["TopK", "GatherElements:Bx5"]),
@@ -202,7 +198,7 @@ _TOP_ROWS = np.array(
 )
 
 
-@rules.lowering(
+@family.lowering(
     lax.top_k_p,
     cases=[
         case("top_k", lambda x: lax.top_k(x, 3), [("B", 6)], expect=["TopK", "GatherElements:Bx3"]),
@@ -236,10 +232,10 @@ def top_k(ctx, x, *, k, axis=-1, **_):
     axis = axis % len(ctx.avals_in[0].shape)
     levels = _levels(ctx, x, ctx.avals_in[0].dtype, total_order=True)
     values, idx = _select(ctx, x, levels, axis, k, largest=True)
-    return values, cast(ctx, idx, np.int32)
+    return values, ctx.cast(idx, np.int32)
 
 
-@rules.lowering(
+@family.lowering(
     lax.approx_top_k_p,
     cases=[
         case(
@@ -273,4 +269,7 @@ def approx_top_k(ctx, x, *, k, reduction_dimension, is_max_k, **_):
     axis = reduction_dimension % len(ctx.avals_in[0].shape)
     levels = _levels(ctx, x, ctx.avals_in[0].dtype, total_order=False)
     values, idx = _select(ctx, x, levels, axis, ctx.avals_out[0].shape[axis], largest=is_max_k)
-    return values, cast(ctx, idx, np.int32)
+    return values, ctx.cast(idx, np.int32)
+
+
+register = family.register

@@ -13,9 +13,10 @@ from fractions import Fraction
 import numpy as np
 from jax import lax
 
-from jax2onnx.plugin import case
-from jax2onnx_lax._rules import rules
-from jax2onnx_lax._util import cast
+from jax2onnx.plugin import Family, case
+
+family = Family("lax")
+
 
 _LN2 = math.log(2.0)
 _BIG = 1e8  # above this, asinh(x) = acosh(x) = log(2x) to double precision
@@ -32,7 +33,7 @@ def _is_f64(ctx) -> bool:
 
 def _k(ctx, dtype, value):
     """A constant of ``dtype`` (float64 stays float64 even outside x64 mode)."""
-    return ctx.const(np.asarray(value, dtype=dtype), dtype)
+    return ctx.const(value, dtype)
 
 
 def _dtype(ctx):
@@ -112,7 +113,7 @@ def _erfc64(ctx, x, dt):
     return ctx.op.Where(ctx.op.Less(x, _k(ctx, dt, 0)), ctx.op.Sub(_k(ctx, dt, 2), erfc), erfc)
 
 
-@rules.lowering(
+@family.lowering(
     lax.expm1_p,
     cases=[
         case("expm1", lax.expm1, [("B", 5)], input_range=(-3.0, 3.0)),
@@ -130,7 +131,7 @@ def expm1(ctx, x, **_):
     return _expm1(ctx, x, _dtype(ctx))
 
 
-@rules.lowering(
+@family.lowering(
     lax.log1p_p,
     cases=[
         case("log1p", lax.log1p, [("B", 5)], input_range=(-0.9, 5.0)),
@@ -241,7 +242,7 @@ for _prim, _fn, _op, _f64, _range, _edges in _TABLE:
         _cs.append(case(f"{_prim.name}_tiny", _fn, [(6,)], input_range=(-1e-4, 1e-4)))
     if _edges is not None:
         _cs.append(case(f"{_prim.name}_edges", _fn, [_edges]))
-    rules.lowering(_prim, cases=_cs)(
+    family.lowering(_prim, cases=_cs)(
         _native_or_f64(
             _prim.name,
             _op,
@@ -252,7 +253,7 @@ for _prim, _fn, _op, _f64, _range, _edges in _TABLE:
     )
 
 
-@rules.lowering(
+@family.lowering(
     lax.erf_p,
     cases=[
         case("erf", lax.erf, [("B", 5)], input_range=(-4.0, 4.0)),
@@ -271,7 +272,7 @@ def erf(ctx, x, **_):
     return ctx.op.Erf(x)
 
 
-@rules.lowering(
+@family.lowering(
     lax.erfc_p,
     cases=[
         case("erfc", lax.erfc, [("B", 5)], input_range=(-3.0, 9.0)),
@@ -289,10 +290,11 @@ def erfc(ctx, x, **_):
     dt = _dtype(ctx)
     if dt == np.float64:
         return _erfc64(ctx, x, dt)
-    return cast(ctx, _erfc64(ctx, cast(ctx, x, np.float64), np.dtype(np.float64)), dt)
+    wide = ctx.cast(x, np.float64)
+    return ctx.cast(_erfc64(ctx, wide, np.dtype(np.float64)), dt)
 
 
-@rules.lowering(
+@family.lowering(
     lax.erf_inv_p,
     cases=[
         case("erf_inv", lax.erf_inv, [("B", 5)], input_range=(-0.99, 0.99)),
@@ -329,3 +331,6 @@ def erf_inv(ctx, x, **_):
         y = ctx.op.Sub(y, ctx.op.Div(step, ctx.op.Add(ctx.op.Mul(y, step), one)))
     y = ctx.op.Where(ctx.op.Greater(a, one), _k(ctx, dt, np.nan), y)
     return ctx.op.Where(ctx.op.Equal(a, one), ctx.op.Mul(x, _k(ctx, dt, np.inf)), y)
+
+
+register = family.register

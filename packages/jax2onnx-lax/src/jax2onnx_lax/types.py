@@ -7,17 +7,16 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from jax2onnx.dtypes import onnx_dtype
-from jax2onnx.plugin import case
+from jax2onnx.plugin import Family, case, onnx_dtype
 from jax2onnx_lax._casedata import INTS, edges
-from jax2onnx_lax._rules import rules
-from jax2onnx_lax._util import cast, i64, where
+
+family = Family("lax")
 
 _BF16 = np.dtype(jnp.bfloat16)
 _FLOATS = (np.float16, _BF16, np.float32, np.float64)
 
 
-@rules.lowering(lax.convert_element_type_p)
+@family.lowering(lax.convert_element_type_p)
 def convert_element_type(ctx, x, *, new_dtype, **_):
     """convert_element_type -> Cast. float -> int saturates like XLA on CPU (NaN -> 0,
     out-of-range -> the type's min or max): Cast is undefined there, so only in-range values
@@ -27,16 +26,16 @@ def convert_element_type(ctx, x, *, new_dtype, **_):
     if src == dst:
         return ctx.op.Identity(x)
     if not (src.kind == "f" or src == _BF16) or dst.kind not in "iu":
-        return cast(ctx, x, dst)
+        return ctx.cast(x, dst)
     if src.itemsize < 4:
-        x, src = cast(ctx, x, np.float32), np.dtype(np.float32)
+        x, src = ctx.cast(x, np.float32), np.dtype(np.float32)
     info = np.iinfo(dst)
     lo, hi = np.asarray(info.min, src), np.asarray(float(info.max) + 1, src)  # powers of two
     above, below = ctx.op.GreaterOrEqual(x, hi), ctx.op.Less(x, lo)
     in_range = ctx.op.And(ctx.op.GreaterOrEqual(x, lo), ctx.op.Less(x, hi))
-    out = cast(ctx, ctx.op.Where(in_range, x, np.zeros((), src)), dst)
-    out = where(ctx, below, np.asarray(info.min, dst), out, dst)
-    return where(ctx, above, np.asarray(info.max, dst), out, dst)
+    out = ctx.cast(ctx.op.Where(in_range, x, np.zeros((), src)), dst)
+    out = ctx.where(below, np.asarray(info.min, dst), out, dst)
+    return ctx.where(above, np.asarray(info.max, dst), out, dst)
 
 
 def _unsigned(dtype) -> np.dtype:
@@ -49,9 +48,9 @@ def _bitcast_same_width(ctx, x, src, dst):
     if src == dst:
         return x
     if src.kind in "iu" and dst.kind in "iu":
-        return cast(ctx, x, dst)
+        return ctx.cast(x, dst)
     if ctx.opset < 26 and src.kind in "iu" and dst in _IEEE:
-        return _bits_to_float(ctx, cast(ctx, x, _SHIFTABLE[src.itemsize]), src.itemsize, dst)
+        return _bits_to_float(ctx, ctx.cast(x, _SHIFTABLE[src.itemsize]), src.itemsize, dst)
     if ctx.opset < 26:
         raise ctx.error(
             f"bitcast {src} -> {dst} needs ONNX BitCast (opset 26); pass opset=26 to to_onnx"
@@ -80,9 +79,9 @@ def _bits_to_float(ctx, u, width, dst):
         shifted = ctx.op.BitShift(u, np.asarray(left, udtype), direction="LEFT")
         return ctx.op.BitShift(shifted, np.asarray(right, udtype), direction="RIGHT")
 
-    sign = cast(ctx, field(pad, pad + bits - 1), np.bool_)
-    exponent = cast(ctx, field(pad + 1, pad + 1 + p), np.int64)
-    mantissa = cast(ctx, field(pad + bits - p, pad + bits - p), compute)
+    sign = ctx.cast(field(pad, pad + bits - 1), np.bool_)
+    exponent = ctx.cast(field(pad + 1, pad + 1 + p), np.int64)
+    mantissa = ctx.cast(field(pad + bits - p, pad + bits - p), compute)
     bias = 2 ** (int(info.nexp) - 1) - 1
     scale = [2.0 ** (max(e, 1) - bias - p) for e in range(top)] + [np.inf]
     implicit = np.where(np.arange(top + 1) > 0, 2.0**p, 0.0).astype(compute)
@@ -92,10 +91,10 @@ def _bits_to_float(ctx, u, width, dst):
     value = ctx.op.Where(nan, np.asarray(np.nan, compute), value)
     one = np.ones((), compute)
     value = ctx.op.Mul(value, ctx.op.Where(sign, -one, one))  # keeps -0.0 (ORT's Neg drops it)
-    return value if compute == dst else cast(ctx, value, dst)
+    return value if compute == dst else ctx.cast(value, dst)
 
 
-@rules.lowering(lax.bitcast_convert_type_p)
+@family.lowering(lax.bitcast_convert_type_p)
 def bitcast_convert_type(ctx, x, *, new_dtype):
     """bitcast_convert_type -> Cast between same-width integers (two's complement keeps the
     bits), BitCast (opset 26) for floats (below it, integer -> float by exact arithmetic;
@@ -109,43 +108,43 @@ def bitcast_convert_type(ctx, x, *, new_dtype):
     ratio, step = wide.itemsize // narrow.itemsize, 8 * narrow.itemsize
     shift_dtype = np.dtype(_SHIFTABLE[wide.itemsize])
     if src == wide:
-        bits = cast(ctx, _bitcast_same_width(ctx, x, src, _unsigned(src)), shift_dtype)
+        bits = ctx.cast(_bitcast_same_width(ctx, x, src, _unsigned(src)), shift_dtype)
         pieces = []
         for i in range(ratio):
             k = np.asarray(step * i, shift_dtype)
-            piece = cast(ctx, ctx.op.BitShift(bits, k, direction="RIGHT"), _unsigned(narrow))
-            pieces.append(ctx.op.Unsqueeze(piece, i64(ctx, [-1])))
+            piece = ctx.cast(ctx.op.BitShift(bits, k, direction="RIGHT"), _unsigned(narrow))
+            pieces.append(ctx.op.Unsqueeze(piece, ctx.i64([-1])))
         joined = ctx.op.Concat(*pieces, axis=-1)
         return _bitcast_same_width(ctx, joined, _unsigned(narrow), dst)
     bits = _bitcast_same_width(ctx, x, src, _unsigned(src))
     pieces = ctx.op.Split(bits, axis=-1, num_outputs=ratio, _outputs=ratio)
     result = None
     for i, piece in enumerate(pieces):
-        piece = cast(ctx, ctx.op.Squeeze(piece, i64(ctx, [-1])), shift_dtype)
+        piece = ctx.cast(ctx.op.Squeeze(piece, ctx.i64([-1])), shift_dtype)
         piece = ctx.op.BitShift(piece, np.asarray(step * i, shift_dtype), direction="LEFT")
         result = piece if result is None else ctx.op.BitwiseOr(result, piece)
-    return _bitcast_same_width(ctx, cast(ctx, result, _unsigned(dst)), _unsigned(dst), dst)
+    return _bitcast_same_width(ctx, ctx.cast(result, _unsigned(dst)), _unsigned(dst), dst)
 
 
-@rules.lowering(lax.stop_gradient_p, lax.copy_p)
+@family.lowering(lax.stop_gradient_p, lax.copy_p)
 def identity(ctx, x, **_):
     """stop_gradient and copy matter only to JAX (autodiff, buffers): Identity."""
     return ctx.op.Identity(x)
 
 
-@rules.lowering(lax.optimization_barrier_p, lax.device_put_p)
+@family.lowering(lax.optimization_barrier_p, lax.device_put_p)
 def identities(ctx, *xs, **_):
     """optimization_barrier and device_put (several operands) only matter to XLA: Identity."""
     return [ctx.op.Identity(x) for x in xs]
 
 
-@rules.lowering("empty")
+@family.lowering("empty")
 def empty(ctx, *_, shape, dtype, **__):
     """lax.empty -> zeros (what XLA on CPU gives) by Expand of a scalar (no large constant)."""
     return ctx.op.Expand(np.zeros((), dtype), ctx.shape(shape))
 
 
-@rules.lowering("empty2")
+@family.lowering("empty2")
 def empty2(ctx, *, dtype, **_):
     """empty2 (the scalar placeholder grad-of-cond residuals start from) -> a zero constant."""
     return ctx.const(np.zeros((), dtype))
@@ -186,7 +185,7 @@ def _convert_case(src, dst):
 
 
 _ALL = (np.bool_, *INTS, *_FLOATS)
-rules.add_cases(
+family.add_cases(
     lax.convert_element_type_p,
     [
         case(
@@ -224,7 +223,7 @@ def _bitcast_case(name, src_values, dst, *, opset=None, **kw):
 
 _F32_BITS = np.array([1.5, -2.0, np.nan, -np.inf, 0.0, -0.0, 1e-40, 3.4e38], np.float32)
 _F16_BITS = np.array([1.5, -2.0, np.nan, -np.inf, 0.0, -0.0, 1e-7, 65504.0], np.float16)
-rules.add_cases(
+family.add_cases(
     lax.bitcast_convert_type_p,
     [
         _bitcast_case("i32_to_u32", edges(np.int32), np.uint32, counts={"BitCast": 0}),
@@ -273,22 +272,22 @@ rules.add_cases(
         ),
     ],
 )
-rules.add_cases(
+family.add_cases(
     lax.stop_gradient_p,
     [
         case("stop_gradient", lambda x: lax.stop_gradient(x) * 2.0, [("B", 3)]),
         case("stop_gradient_int", lax.stop_gradient, [np.array([1, -2], np.int8)]),
     ],
 )
-rules.add_cases(lax.copy_p, [case("copy", lambda x: jnp.copy(x) + 1, [("B", 3)])])
-rules.add_cases(
+family.add_cases(lax.copy_p, [case("copy", lambda x: jnp.copy(x) + 1, [("B", 3)])])
+family.add_cases(
     lax.device_put_p,
     [
         case("device_put", lambda x: jax.device_put(x) * 2, [("B", 3)]),
         case("device_put_pair", lambda x, y: jax.device_put((x, y)), [(3,), np.array([True])]),
     ],
 )
-rules.add_cases(
+family.add_cases(
     lax.optimization_barrier_p,
     [
         case(
@@ -308,7 +307,7 @@ def _exp_plus_one(v):
     return jnp.exp(v) + 1.0
 
 
-rules.add_cases(
+family.add_cases(
     "empty2",
     [  # the branches keep different residuals, so each fills the other's with empty2
         case(
@@ -318,7 +317,7 @@ rules.add_cases(
         )
     ],
 )
-rules.add_cases(
+family.add_cases(
     "empty",
     [
         case("empty", lambda x: x + lax.empty((2, 3), x.dtype), [(2, 3)]),
@@ -326,3 +325,6 @@ rules.add_cases(
         case("empty_bool", lambda x: x | lax.empty((2,), np.bool_), [np.array([True, False])]),
     ],
 )
+
+
+register = family.register

@@ -9,9 +9,10 @@ from __future__ import annotations
 import numpy as np
 from jax import lax
 
-from jax2onnx.dtypes import onnx_dtype
-from jax2onnx.plugin import case
-from jax2onnx_lax._rules import rules
+from jax2onnx.plugin import Family, case, onnx_dtype
+
+family = Family("lax")
+
 
 _SIGNED = [np.int8, np.int16, np.int32]
 _UNSIGNED = [np.uint8, np.uint16, np.uint32]
@@ -25,7 +26,7 @@ def _int_cases(name, fn, dtypes, **extra):
     return cases
 
 
-rules.elementwise(
+family.elementwise(
     {
         lax.abs_p: "Abs",
         lax.sign_p: "Sign",
@@ -43,7 +44,7 @@ rules.elementwise(
 
 # ONNX Runtime's integer Abs wraps abs(INT_MIN) to INT_MIN, as JAX does.
 _INT8_EDGES = np.array([-128, -1, 0, 1, 127], np.int8)
-rules.add_cases(
+family.add_cases(
     lax.abs_p,
     [
         case("abs", lax.abs, [("B", 3)], expect=["Abs:Bx3"]),
@@ -52,7 +53,7 @@ rules.add_cases(
         *_int_cases("abs", lax.abs, _SIGNED),
     ],
 )
-rules.add_cases(
+family.add_cases(
     lax.sign_p,
     [
         case("sign", lax.sign, [("B", 3)], expect=["Sign"]),
@@ -60,34 +61,34 @@ rules.add_cases(
         *_int_cases("sign", lax.sign, _SIGNED + _UNSIGNED),
     ],
 )
-rules.add_cases(
+family.add_cases(
     lax.floor_p, [case("floor", lax.floor, [("B", 3)]), case("floor_edges", lax.floor, [_EDGES])]
 )
-rules.add_cases(
+family.add_cases(
     lax.ceil_p, [case("ceil", lax.ceil, [("B", 3)]), case("ceil_edges", lax.ceil, [_EDGES])]
 )
-rules.add_cases(
+family.add_cases(
     lax.exp_p,
     [case("exp", lax.exp, [("B", 3)], expect=["Exp"]), case("exp_edges", lax.exp, [_EDGES])],
 )
-rules.add_cases(
+family.add_cases(
     lax.log_p,
     [
         case("log", lax.log, [("B", 3)], input_range=(0.1, 5.0)),
         case("log_edges", lax.log, [np.array([0.0, -1.0, 1.0, np.inf, np.nan, 1e-30])]),
     ],
 )
-rules.add_cases(
+family.add_cases(
     lax.sqrt_p,
     [
         case("sqrt", lax.sqrt, [("B", 3)], input_range=(0.0, 9.0), expect=["Sqrt"]),
         case("sqrt_edges", lax.sqrt, [np.array([0.0, -0.0, -1.0, np.inf, np.nan, 1e-30])]),
     ],
 )
-rules.add_cases(lax.sin_p, [case("sin", lax.sin, [("B", 3)], input_range=(-6.0, 6.0))])
-rules.add_cases(lax.cos_p, [case("cos", lax.cos, [("B", 3)], input_range=(-6.0, 6.0))])
-rules.add_cases(lax.tanh_p, [case("tanh", lax.tanh, [(3,)], expect=["Tanh:3"])])
-rules.add_cases(
+family.add_cases(lax.sin_p, [case("sin", lax.sin, [("B", 3)], input_range=(-6.0, 6.0))])
+family.add_cases(lax.cos_p, [case("cos", lax.cos, [("B", 3)], input_range=(-6.0, 6.0))])
+family.add_cases(lax.tanh_p, [case("tanh", lax.tanh, [(3,)], expect=["Tanh:3"])])
+family.add_cases(
     lax.logistic_p,
     [
         case("logistic", lax.logistic, [("B", 5)], expect=["Sigmoid"]),
@@ -96,7 +97,7 @@ rules.add_cases(
 )
 
 
-@rules.lowering(
+@family.lowering(
     lax.neg_p,
     cases=[
         case("neg", lax.neg, [("B", 3)], expect=["Neg:Bx3"]),
@@ -113,7 +114,7 @@ def neg(ctx, x, **_):
     return ctx.op.Neg(x)
 
 
-@rules.lowering(
+@family.lowering(
     lax.round_p,
     cases=[
         case(
@@ -157,7 +158,7 @@ def round_(ctx, x, *, rounding_method):
     return ctx.op.Where(ctx.op.Less(x, np.asarray(0, dt)), ctx.op.Neg(r), r)
 
 
-@rules.lowering(
+@family.lowering(
     lax.is_finite_p,
     cases=[
         case("is_finite", lax.is_finite, [("B", 3)]),
@@ -169,7 +170,7 @@ def is_finite(ctx, x):
     return ctx.op.Not(ctx.op.Or(ctx.op.IsInf(x), ctx.op.IsNaN(x)))
 
 
-@rules.lowering(
+@family.lowering(
     lax.exp2_p,
     cases=[
         case("exp2", lax.exp2, [("B", 5)], input_range=(-10.0, 10.0), expect=["Pow"]),
@@ -181,7 +182,7 @@ def exp2(ctx, x, **_):
     return ctx.op.Pow(np.asarray(2, ctx.avals_in[0].dtype), x)
 
 
-@rules.lowering(
+@family.lowering(
     lax.rsqrt_p,
     cases=[
         case("rsqrt", lax.rsqrt, [("B", 5)], input_range=(0.01, 100.0)),
@@ -193,7 +194,7 @@ def rsqrt(ctx, x, **_):
     return ctx.op.Reciprocal(ctx.op.Sqrt(x))
 
 
-@rules.lowering(
+@family.lowering(
     lax.cbrt_p,
     cases=[
         case("cbrt", lax.cbrt, [("B", 5)], input_range=(-100.0, 100.0)),
@@ -216,7 +217,7 @@ def cbrt(ctx, x, **_):
     return ctx.op.Where(ctx.op.Less(x, np.asarray(0, dt)), ctx.op.Neg(y), y)
 
 
-@rules.lowering(
+@family.lowering(
     lax.square_p,
     cases=[
         case("square", lax.square, [("B", 3)], expect=["Mul:Bx3"]),
@@ -229,7 +230,7 @@ def square(ctx, x, **_):
     return ctx.op.Mul(x, x)
 
 
-@rules.lowering(
+@family.lowering(
     lax.integer_pow_p,
     cases=[
         case("square", lambda x: lax.integer_pow(x, 2), [("B", 3)]),
@@ -259,7 +260,7 @@ def integer_pow(ctx, x, *, y):
     return acc if acc is not x else ctx.op.Identity(x)
 
 
-@rules.lowering(
+@family.lowering(
     lax.pow_p,
     cases=[
         case("pow", lax.pow, [("B", 4), ("B", 4)], input_range=(0.5, 2.0), expect=["Pow"]),
@@ -295,7 +296,7 @@ _NEXT_X = np.array([1.0, 1.0, 0.0, 0.0, -1.0, np.inf, -np.inf, 2.0, np.nan, 3.0,
 _NEXT_Y = np.array([2.0, 0.0, 1.0, -1.0, 5.0, 0.0, 0.0, 2.0, 1.0, np.nan, 0.0, -1.0])
 
 
-@rules.lowering(
+@family.lowering(
     lax.nextafter_p,
     min_opset=26,
     cases=[
@@ -329,7 +330,7 @@ def nextafter(ctx, x, y):
 _FORMATS = {(8, 7): "bfloat16", (5, 10): "float16", (8, 23): "float32", (11, 52): "float64"}
 
 
-@rules.lowering(
+@family.lowering(
     lax.reduce_precision_p,
     cases=[
         case("to_bfloat16", lambda x: lax.reduce_precision(x, 8, 7), [("B", 5)], variants=["f32"]),
@@ -394,3 +395,6 @@ def reduce_precision(ctx, x, *, exponent_bits, mantissa_bits):
     threshold = np.asarray(smallest_normal * (1 - 2.0 ** -(mantissa_bits + 2)), dt)
     flushed = ctx.op.Mul(x, np.asarray(0, dt))
     return ctx.op.Where(ctx.op.Less(ctx.op.Abs(x), threshold), flushed, back)
+
+
+register = family.register

@@ -1,4 +1,4 @@
-"""reduce_window and its specialisations, select_and_scatter_add, select_and_gather_add.
+"""reduce_window and its specialisations (max, min and sum pooling).
 
 A window reduction is taken apart in JAX's own order: base dilation (identity
 values between elements), padding (identity values; negative padding slices),
@@ -9,11 +9,13 @@ max, a depthwise Conv with a ones kernel for float32/float16 sums. Every other
 case is the general form: per windowed axis, one strided Slice per window
 offset, folded with Max/Min/Add/Mul, which is exact for every dtype ORT has
 those ops for (16-bit ints widen to int32, bool to uint8, bfloat16 to float32).
+
+The gradients of window reductions (select_and_scatter_add, select_and_gather_add)
+are in :mod:`jax2onnx_lax.window_grads`; they share the layout helpers here
+(``strided_slice``, ``dilate``, ``pad``, ``window_end``).
 """
 
 from __future__ import annotations
-
-import itertools
 
 import jax
 import jax.numpy as jnp
@@ -21,11 +23,10 @@ import ml_dtypes
 import numpy as np
 from jax import lax
 
-from jax2onnx.dims import is_symbolic
-from jax2onnx.plugin import case
-from jax2onnx_lax._rules import rules
-from jax2onnx_lax._util import cast, i64
+from jax2onnx.plugin import Family, case, is_symbolic
 from jax2onnx_lax.blocks import nan_exact_max_pool
+
+family = Family("lax")
 
 _INT64_MAX = np.iinfo(np.int64).max
 _WIDE = {  # dtypes ORT lacks Max/Min (or Add/Mul) kernels for -> an exact wider dtype
@@ -50,12 +51,12 @@ def _identity(kind, dtype):
     return np.asarray(-np.inf if kind == "max" else np.inf, dtype)
 
 
-def _slice(ctx, x, starts, ends, axes, steps=None):
-    args = [x, i64(ctx, starts), ctx.shape(ends), i64(ctx, axes)]
-    return ctx.op.Slice(*args, i64(ctx, steps) if steps else None)
+def strided_slice(ctx, x, starts, ends, axes, steps=None):
+    args = [x, ctx.i64(starts), ctx.shape(ends), ctx.i64(axes)]
+    return ctx.op.Slice(*args, ctx.i64(steps) if steps else None)
 
 
-def _dilate(ctx, x, shape, dilation, fill):
+def dilate(ctx, x, shape, dilation, fill):
     """Base dilation: ``d - 1`` fill values between neighbours along each axis.
 
     Unsqueeze a new axis after the dilated one, Pad it to ``d`` with the fill,
@@ -65,34 +66,34 @@ def _dilate(ctx, x, shape, dilation, fill):
     for a, d in enumerate(dilation):
         if d == 1:
             continue
-        y = ctx.op.Unsqueeze(x, i64(ctx, [a + 1]))
+        y = ctx.op.Unsqueeze(x, ctx.i64([a + 1]))
         pads = [0] * (2 * (len(shape) + 1))
         pads[len(shape) + 1 + a + 1] = d - 1
-        y = ctx.op.Pad(y, i64(ctx, pads), fill)
+        y = ctx.op.Pad(y, ctx.i64(pads), fill)
         y = ctx.op.Reshape(y, ctx.shape([0] * a + [-1] + shape[a + 1 :]))
-        x = _slice(ctx, y, [0], [-(d - 1)], [a])
+        x = strided_slice(ctx, y, [0], [-(d - 1)], [a])
         n = shape[a]
         shape[a] = 0 if not is_symbolic(n) and n == 0 else (n - 1) * d + 1
     return x, shape
 
 
-def _pad(ctx, x, shape, padding, fill):
+def pad(ctx, x, shape, padding, fill):
     """Negative padding slices, positive padding pads with the fill value."""
     shape = list(shape)
     cut = [a for a, (lo, hi) in enumerate(padding) if lo < 0 or hi < 0]
     if cut:
         starts = [max(-padding[a][0], 0) for a in cut]
         ends = [padding[a][1] if padding[a][1] < 0 else _INT64_MAX for a in cut]
-        x = _slice(ctx, x, starts, ends, cut)
+        x = strided_slice(ctx, x, starts, ends, cut)
     grow = [(max(lo, 0), max(hi, 0)) for lo, hi in padding]
     if any(lo or hi for lo, hi in grow):
-        x = ctx.op.Pad(x, i64(ctx, [lo for lo, _ in grow] + [hi for _, hi in grow]), fill)
+        x = ctx.op.Pad(x, ctx.i64([lo for lo, _ in grow] + [hi for _, hi in grow]), fill)
     for a, (lo, hi) in enumerate(padding):
         shape[a] = shape[a] + lo + hi
     return x, shape
 
 
-def _window_end(k, wd, s, o):
+def window_end(k, wd, s, o):
     """End of the strided Slice taking window offset ``k`` for ``o`` outputs."""
     if not is_symbolic(o) and o == 0:
         return k * wd
@@ -106,7 +107,9 @@ def _general(ctx, x, kind, out_shape, windows, strides, dilations):
         if w == 1 and s == 1:
             continue
         o = out_shape[a]
-        parts = [_slice(ctx, x, [k * wd], [_window_end(k, wd, s, o)], [a], [s]) for k in range(w)]
+        parts = [
+            strided_slice(ctx, x, [k * wd], [window_end(k, wd, s, o)], [a], [s]) for k in range(w)
+        ]
         if kind in ("max", "min"):
             x = op(*parts) if len(parts) > 1 else parts[0]
         else:
@@ -133,7 +136,7 @@ class _Layout:
         if self.perm != sorted(self.perm):
             x = ctx.op.Transpose(x, perm=self.perm)
         if nl < 2:
-            return ctx.op.Unsqueeze(x, i64(ctx, [0, 1] if nl == 0 else [1]))
+            return ctx.op.Unsqueeze(x, ctx.i64([0, 1] if nl == 0 else [1]))
         if nl > 2:
             spatial = [self.shape[a] for a in self.axes]
             return ctx.op.Reshape(x, ctx.shape([-1, self.channels] + spatial))
@@ -142,7 +145,7 @@ class _Layout:
     def leave(self, y, out_shape):
         ctx, nl = self.ctx, len(self.lead)
         if nl < 2:
-            y = ctx.op.Squeeze(y, i64(ctx, [0, 1] if nl == 0 else [1]))
+            y = ctx.op.Squeeze(y, ctx.i64([0, 1] if nl == 0 else [1]))
         elif nl > 2:
             dims = [out_shape[a] for a in self.perm]
             y = ctx.op.Reshape(y, ctx.shape(dims))
@@ -203,26 +206,26 @@ def _reduce(ctx, x, kind, params, init=None):
     dtype = np.dtype(ctx.avals_in[0].dtype)
     wide = _WIDE.get(dtype)
     if wide is not None:
-        x = cast(ctx, x, wide)
-        init = None if init is None else cast(ctx, init, wide)
+        x = ctx.cast(x, wide)
+        init = None if init is None else ctx.cast(init, wide)
     work = np.dtype(wide or dtype)
     fill = _identity(kind, work)
     shape = list(ctx.avals_in[0].shape)
     out_shape = list(ctx.avals_out[0].shape)
-    x, shape = _dilate(ctx, x, shape, params["base_dilation"], fill)
+    x, shape = dilate(ctx, x, shape, params["base_dilation"], fill)
     padding = [(int(lo), int(hi)) for lo, hi in params["padding"]]
     if any(lo < 0 or hi < 0 for lo, hi in padding):
-        x, shape = _pad(ctx, x, shape, padding, fill)
+        x, shape = pad(ctx, x, shape, padding, fill)
         padding = [(0, 0)] * len(shape)
     windows, strides = params["window_dimensions"], params["window_strides"]
     dilations = params["window_dilation"]
     y = _pool(ctx, x, kind, work, shape, out_shape, windows, strides, dilations, padding)
     if y is None:
-        x, shape = _pad(ctx, x, shape, padding, fill)
+        x, shape = pad(ctx, x, shape, padding, fill)
         y = _general(ctx, x, kind, out_shape, windows, strides, dilations)
     if init is not None:
         y = getattr(ctx.op, _COMBINE[kind])(init, y)
-    return cast(ctx, y, dtype) if wide is not None else y
+    return ctx.cast(y, dtype) if wide is not None else y
 
 
 def _params(window_dimensions, window_strides, padding, base_dilation, window_dilation):
@@ -278,127 +281,6 @@ def reduce_window(ctx, *args, jaxpr, consts, **params):
     return _reduce(ctx, x, kind, _params(**params), init=init)
 
 
-def _window_slices(ctx, shape, out_shape, windows, strides, dilations):
-    """(offset index, slicer) for each window offset, in row-major order."""
-    axes = [a for a in range(len(shape)) if windows[a] > 1 or strides[a] > 1]
-    for n, ks in enumerate(itertools.product(*(range(windows[a]) for a in axes))):
-        starts = [k * dilations[a] for k, a in zip(ks, axes)]
-        ends = [_window_end(k, dilations[a], strides[a], out_shape[a]) for k, a in zip(ks, axes)]
-
-        def take(x, starts=starts, ends=ends):
-            return _slice(ctx, x, starts, ends, axes, [strides[a] for a in axes]) if axes else x
-
-        yield n, ks, take
-
-
-def _keep(ctx, select_prim):
-    if select_prim is lax.ge_p:
-        return ctx.op.GreaterOrEqual
-    if select_prim is lax.le_p:
-        return ctx.op.LessOrEqual
-    raise ctx.error(f"select_prim {select_prim} is not supported (only ge and le)")
-
-
-def _select_fill(select_prim, dtype):
-    return np.asarray(-np.inf if select_prim is lax.ge_p else np.inf, dtype)
-
-
-def select_and_gather_add(
-    ctx,
-    tangents,
-    operand,
-    *,
-    select_prim,
-    window_dimensions,
-    window_strides,
-    padding,
-    base_dilation,
-    window_dilation,
-):
-    """Per window, the tangent at the operand's selected (max for ge, min for le) element.
-
-    XLA's pair reduction from the initial (-inf or inf, 0): a running selection
-    over the window offsets (strided Slices) that moves on where ``not
-    select(best, v)``, carrying the tangent along with Where; the first extremum
-    wins ties, NaN is taken as JAX takes it.
-    """
-    keep = _keep(ctx, select_prim)
-    fill = _select_fill(select_prim, ctx.avals_in[1].dtype)
-    zero = np.asarray(0, ctx.avals_in[0].dtype)
-    shape = list(ctx.avals_in[1].shape)
-    out_shape = list(ctx.avals_out[0].shape)
-    v, pshape = _dilate(ctx, operand, shape, base_dilation, fill)
-    v, pshape = _pad(ctx, v, pshape, padding, fill)
-    t, tshape = _dilate(ctx, tangents, shape, base_dilation, zero)
-    t, _ = _pad(ctx, t, tshape, padding, zero)
-    best_v, best_t = ctx.const(fill), ctx.const(zero)
-    for _, _, take in _window_slices(
-        ctx, pshape, out_shape, window_dimensions, window_strides, window_dilation
-    ):
-        vk, tk = take(v), take(t)
-        moved = ctx.op.Not(keep(best_v, vk))
-        best_v, best_t = ctx.op.Where(moved, vk, best_v), ctx.op.Where(moved, tk, best_t)
-    return best_t
-
-
-def select_and_scatter_add(
-    ctx, source, operand, *, select_prim, window_dimensions, window_strides, padding
-):
-    """Each window's source value added at the operand's selected element.
-
-    The selection (XLA's: the window's first element, then move on where ``not
-    select(best, v)``) is a running Where over strided Slices recording the
-    window offset; the offset becomes a flat index into the padded windowed
-    axes (moved last and flattened), and ScatterElements(reduction="add") adds
-    the source there. Padding is sliced off the result.
-    """
-    keep = _keep(ctx, select_prim)
-    dtype = ctx.avals_in[1].dtype
-    fill = _select_fill(select_prim, dtype)
-    shape = list(ctx.avals_in[1].shape)
-    out_shape = list(ctx.avals_in[0].shape)
-    padding = [(int(lo), int(hi)) for lo, hi in padding]
-    v, pshape = _pad(ctx, operand, shape, padding, fill)
-    windows, strides = window_dimensions, window_strides
-    axes = [a for a in range(len(shape)) if windows[a] > 1 or strides[a] > 1]
-    if any(is_symbolic(pshape[a]) or is_symbolic(out_shape[a]) for a in axes):
-        raise ctx.error("select_and_scatter_add needs static sizes along the windowed axes")
-    best = index = None
-    offsets = []
-    for n, ks, take in _window_slices(ctx, pshape, out_shape, windows, strides, [1] * len(shape)):
-        vk = take(v)
-        offsets.append(ks)
-        if best is None:
-            best, index = vk, ctx.op.Expand(np.int64(0), ctx.shape(out_shape))
-            continue
-        moved = ctx.op.Not(keep(best, vk))
-        best, index = ctx.op.Where(moved, vk, best), ctx.op.Where(moved, np.int64(n), index)
-    lead = [a for a in range(len(shape)) if a not in axes]
-    perm = lead + axes
-    padded = [int(pshape[a]) for a in axes]
-    outs = [int(out_shape[a]) for a in axes]
-    pstrides = [int(np.prod(padded[i + 1 :])) for i in range(len(axes))]
-    flat_offsets = np.asarray([np.dot(ks, pstrides) for ks in offsets], np.int64)
-    grid = np.indices(outs).reshape(len(axes), -1) if axes else np.zeros((0, 1), np.int64)
-    steps = np.asarray([strides[a] * st for a, st in zip(axes, pstrides)], np.int64)
-    base = (grid * steps[:, None]).sum(axis=0).astype(np.int64)
-    keep_lead = [0] * len(lead)
-    if perm != sorted(perm):
-        source, index = ctx.op.Transpose(source, perm=perm), ctx.op.Transpose(index, perm=perm)
-    flat_shape = i64(ctx, keep_lead + [int(np.prod(outs))])
-    source, index = ctx.op.Reshape(source, flat_shape), ctx.op.Reshape(index, flat_shape)
-    position = ctx.op.Add(ctx.op.Gather(ctx.const(flat_offsets), index), ctx.const(base))
-    zeros = ctx.op.Expand(
-        np.asarray(0, dtype), ctx.shape([pshape[a] for a in lead] + [int(np.prod(padded))])
-    )
-    y = ctx.op.ScatterElements(zeros, position, source, axis=len(lead), reduction="add")
-    y = ctx.op.Reshape(y, i64(ctx, keep_lead + padded))
-    if perm != sorted(perm):
-        y = ctx.op.Transpose(y, perm=[int(i) for i in np.argsort(perm)])
-    y, _ = _pad(ctx, y, pshape, [(-lo, -hi) for lo, hi in padding], np.asarray(0, dtype))
-    return y
-
-
 def _bind(prim, window, strides=None, padding=None, base=None, dilation=None):
     n = len(window)
 
@@ -418,21 +300,21 @@ def _bind(prim, window, strides=None, padding=None, base=None, dilation=None):
     return fn
 
 
-def _generic(init, op, window, strides, padding="VALID", **kw):
+def generic_window(init, op, window, strides, padding="VALID", **kw):
     return lambda x: lax.reduce_window(x, init, op, window, strides, padding, **kw)
 
 
-def _max_pool(x, window=(1, 3, 3, 1), strides=(1, 2, 2, 1), padding="SAME"):
+def max_pool(x, window=(1, 3, 3, 1), strides=(1, 2, 2, 1), padding="SAME"):
     return lax.reduce_window(x, -jnp.inf, lax.max, window, strides, padding)
 
 
-def _min_pool(x):
+def min_pool(x):
     return lax.reduce_window(x, jnp.inf, lax.min, (1, 2, 2, 1), (1, 2, 2, 1), "SAME")
 
 
-_NHWC = ("B", 6, 6, 3)
-_EDGES = np.array([1.0, np.nan, 3.0, -np.inf, -np.inf, 2.0, np.inf, -np.inf, 0.0, -0.0])
-_TIES = np.array([[2.0, 2.0, 1.0, 5.0, 5.0], [2.0, 0.0, 5.0, 5.0, -1.0], [7.0, 7.0, 7.0, 1.0, 1.0]])
+NHWC = ("B", 6, 6, 3)
+EDGES = np.array([1.0, np.nan, 3.0, -np.inf, -np.inf, 2.0, np.inf, -np.inf, 0.0, -0.0])
+TIES = np.array([[2.0, 2.0, 1.0, 5.0, 5.0], [2.0, 0.0, 5.0, 5.0, -1.0], [7.0, 7.0, 7.0, 1.0, 1.0]])
 _INT8 = np.array([[-128, 127, 5, -3, 0], [100, 100, -128, -128, 1]], np.int8)
 
 
@@ -460,7 +342,7 @@ def _window_cases(kind, prim, expect):
         case(
             f"{kind}_int32",
             _bind(prim, (1, 2, 2, 1), (1, 2, 2, 1), "SAME"),
-            [_NHWC],
+            [NHWC],
             dtypes=[np.int32],
         ),
         case(f"{kind}_int8", _bind(prim, (1, 2), (1, 1), "SAME"), [_INT8]),
@@ -477,10 +359,10 @@ def _window_cases(kind, prim, expect):
     ]
 
 
-rules.lowering(
+family.lowering(
     lax.reduce_window_max_p,
     cases=[
-        case("max_pool_same", _max_pool, [_NHWC], expect=["MaxPool"], counts={"Transpose": 2}),
+        case("max_pool_same", max_pool, [NHWC], expect=["MaxPool"], counts={"Transpose": 2}),
         case(
             "max_pool_valid_nchw",
             _bind(lax.reduce_window_max_p, (1, 1, 2, 2), (1, 1, 2, 2)),
@@ -488,7 +370,7 @@ rules.lowering(
             expect=["MaxPool"],
             counts={"Transpose": 0},
         ),
-        case("max_nan_inf", _bind(lax.reduce_window_max_p, (2,), (1,), [(1, 1)]), [_EDGES]),
+        case("max_nan_inf", _bind(lax.reduce_window_max_p, (2,), (1,), [(1, 1)]), [EDGES]),
         case(
             "max_bool", _bind(lax.reduce_window_max_p, (2, 2), (1, 1)), [(3, 4)], dtypes=[np.bool_]
         ),
@@ -496,11 +378,11 @@ rules.lowering(
     ],
 )(_specialised("max"))
 
-rules.lowering(
+family.lowering(
     lax.reduce_window_min_p,
     cases=[
-        case("min_pool_same", _min_pool, [_NHWC], expect=["MaxPool -> Where -> Where -> Neg"]),
-        case("min_nan_inf", _bind(lax.reduce_window_min_p, (3,), (1,), [(1, 1)]), [_EDGES]),
+        case("min_pool_same", min_pool, [NHWC], expect=["MaxPool -> Where -> Where -> Neg"]),
+        case("min_nan_inf", _bind(lax.reduce_window_min_p, (3,), (1,), [(1, 1)]), [EDGES]),
         *_window_cases("min", lax.reduce_window_min_p, "MaxPool"),
     ],
 )(_specialised("min"))
@@ -514,41 +396,43 @@ def _avg_pool_grad(x):
     return jax.grad(lambda y: (_avg_pool(y) ** 2).sum())(x)
 
 
-rules.lowering(
+family.lowering(
     lax.reduce_window_sum_p,
     cases=[
         case(
             "avg_pool",
             _avg_pool,
-            [_NHWC],
+            [NHWC],
             expect=["Transpose -> Conv -> Div -> Transpose"],
             counts={"Transpose": 2},
             variants=["f32"],
         ),
-        case("avg_pool_f64", _avg_pool, [_NHWC], variants=["f64"]),
+        case("avg_pool_f64", _avg_pool, [NHWC], variants=["f64"]),
         case(
             "sum_same",
-            _generic(0.0, lax.add, (1, 3, 3, 1), (1, 1, 1, 1), "SAME"),
-            [_NHWC],
+            generic_window(0.0, lax.add, (1, 3, 3, 1), (1, 1, 1, 1), "SAME"),
+            [NHWC],
             expect=["Conv"],
             variants=["f32"],
         ),
-        case("avg_pool_grad", _avg_pool_grad, [_NHWC]),
-        case("sum_symbolic_channels", _generic(0.0, lax.add, (1, 2), (1, 2)), [(3, "B")]),
+        case("avg_pool_grad", _avg_pool_grad, [NHWC]),
+        case("sum_symbolic_channels", generic_window(0.0, lax.add, (1, 2), (1, 2)), [(3, "B")]),
         *_window_cases("sum", lax.reduce_window_sum_p, "Conv"),
-        case("sum_f64_slices", _avg_pool, [_NHWC], variants=["f64"], counts={"Conv": 0}),
+        case("sum_f64_slices", _avg_pool, [NHWC], variants=["f64"], counts={"Conv": 0}),
     ],
 )(_specialised("add"))
 
 
-rules.lowering(
+family.lowering(
     lax.reduce_window_p,
     cases=[
-        case("mul", _generic(1.0, lax.mul, (1, 2, 2, 1), (1, 2, 2, 1)), [_NHWC]),
-        case("max_init_zero", _generic(0.0, lax.max, (2, 2), (1, 1), "SAME"), [(4, 5)]),
-        case("add_init_one", _generic(1.0, lax.add, (1, 3), (1, 2), "SAME"), [("B", 7)]),
-        case("mul_int32", _generic(np.int32(1), lax.mul, (2,), (1,)), [(6,)], dtypes=[np.int32]),
-        case("min_int8_init", _generic(np.int8(3), lax.min, (1, 2), (1, 1), "SAME"), [_INT8]),
+        case("mul", generic_window(1.0, lax.mul, (1, 2, 2, 1), (1, 2, 2, 1)), [NHWC]),
+        case("max_init_zero", generic_window(0.0, lax.max, (2, 2), (1, 1), "SAME"), [(4, 5)]),
+        case("add_init_one", generic_window(1.0, lax.add, (1, 3), (1, 2), "SAME"), [("B", 7)]),
+        case(
+            "mul_int32", generic_window(np.int32(1), lax.mul, (2,), (1,)), [(6,)], dtypes=[np.int32]
+        ),
+        case("min_int8_init", generic_window(np.int8(3), lax.min, (1, 2), (1, 1), "SAME"), [_INT8]),
         case(
             "runtime_init",
             lambda x, init: lax.reduce_window(x, init, lax.max, (2, 2), (2, 1), "SAME"),
@@ -558,59 +442,4 @@ rules.lowering(
 )(reduce_window)
 
 
-def _max_pool_grad(pool=_max_pool):
-    return lambda x: jax.grad(lambda y: (pool(y) ** 2).sum())(x)
-
-
-def _jvp(pool):
-    return lambda x, t: jax.jvp(pool, (x,), (t,))[1]
-
-
-def _pool_1d(x):
-    return lax.reduce_window(x, -jnp.inf, lax.max, (3,), (2,), ((2, 1),))
-
-
-rules.lowering(
-    lax.select_and_scatter_add_p,
-    min_opset=16,
-    cases=[
-        case("max_pool_grad", _max_pool_grad(), [_NHWC], expect=["ScatterElements"]),
-        case(
-            "max_pool_grad_overlap",
-            _max_pool_grad(lambda y: _max_pool(y, strides=(1,) * 4)),
-            [np.tile(_TIES[None, :, :, None], (2, 1, 1, 3))],
-        ),
-        case("min_pool_grad", _max_pool_grad(_min_pool), [_NHWC]),
-        case("max_pool_grad_1d", _max_pool_grad(_pool_1d), [(8,)]),
-        case("max_pool_grad_edges", _max_pool_grad(_pool_1d), [_EDGES]),
-    ],
-)(select_and_scatter_add)
-
-rules.lowering(
-    lax.select_and_gather_add_p,
-    cases=[
-        case("max_pool_jvp", _jvp(_max_pool), [_NHWC, _NHWC]),
-        case("min_pool_jvp", _jvp(_min_pool), [_NHWC, _NHWC]),
-        case(
-            "jvp_ties",
-            _jvp(lambda y: _max_pool(y, strides=(1,) * 4)),
-            [_TIES[None, :, :, None], _TIES[None, :, :, None] + 10.0],
-        ),
-        case("jvp_edges", _jvp(_pool_1d), [_EDGES, np.arange(10.0)]),
-        case(
-            "jvp_dilated",
-            _jvp(
-                _generic(
-                    -jnp.inf,
-                    lax.max,
-                    (2, 2),
-                    (1, 2),
-                    [(1, 0), (0, 2)],
-                    base_dilation=(2, 1),
-                    window_dilation=(1, 2),
-                )
-            ),
-            [(4, 6), (4, 6)],
-        ),
-    ],
-)(select_and_gather_add)
+register = family.register

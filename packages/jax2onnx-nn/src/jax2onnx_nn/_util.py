@@ -1,4 +1,4 @@
-"""Helpers shared by the nn family modules: macro registration and decomposition."""
+"""Helpers shared by the nn family modules: macro declaration and axis bookkeeping."""
 
 from __future__ import annotations
 
@@ -7,13 +7,15 @@ from typing import Any
 
 import numpy as np
 
-from jax2onnx_nn._rules import rules
+from jax2onnx.plugin import Family
 
 F32 = np.dtype(np.float32)
 F64 = np.dtype(np.float64)
+FLOATS = (F32, F64)
 
 
 def macro(
+    family: Family,
     name: str,
     impl: Callable[..., Any],
     targets: Sequence[str],
@@ -22,15 +24,15 @@ def macro(
     jvp: Any = "fallback",
     accept: Callable[[dict[str, Any]], bool] | None = None,
 ) -> Any:
-    """A macro primitive ``nn.<name>`` evaluated by ``impl``, intercepting ``targets``.
+    """The macro primitive ``nn.<name>`` of ``family``: ``impl`` evaluates it, ``targets`` bind it.
 
     ``accept(arguments)`` (the call's bound arguments, defaults applied) may
     refuse a call the primitive does not cover; that call runs the original
     function and converts through its decomposition.
     """
-    prim = rules.primitive(name, impl=impl, batching=batching, jvp=jvp)
+    prim = family.primitive(name, impl=impl, batching=batching, jvp=jvp)
     for target in targets:
-        rules.intercept(target, prim, accept=accept, aliases=_aliases(target))
+        family.intercept(target, prim, accept=accept, aliases=_aliases(target))
     return prim
 
 
@@ -40,11 +42,6 @@ def _aliases(target: str) -> tuple[str, ...]:
         return ()
     name = target.rsplit(".", 1)[1]
     return (f"flax.nnx.{name}", f"flax.linen.{name}")
-
-
-def dtype_in(ctx, dtypes: Sequence[Any]) -> bool:
-    """Whether the first operand's dtype is one of ``dtypes``."""
-    return np.dtype(ctx.avals_in[0].dtype) in {np.dtype(d) for d in dtypes}
 
 
 def canonical_axes(axis: Any, ndim: int) -> tuple[int, ...]:
@@ -63,11 +60,3 @@ def shifted_axis(axis: Any, ndim: int) -> Any:
     if isinstance(axis, (int, np.integer)):
         return int(axis) % ndim + 1
     return tuple(int(a) % ndim + 1 for a in axis)
-
-
-def batch_front(args, dims):
-    """Move every batch axis to the front (broadcasting unbatched operands)."""
-    from jax.interpreters import batching
-
-    size = next(a.shape[d] for a, d in zip(args, dims, strict=True) if d is not None)
-    return [batching.bdim_at_front(a, d, size) for a, d in zip(args, dims, strict=True)]

@@ -18,9 +18,11 @@ from typing import Any
 import jax
 import numpy as np
 
-from jax2onnx.plugin import case
-from jax2onnx_nn._rules import rules
-from jax2onnx_nn._util import F32, F64, dtype_in, macro
+from jax2onnx.plugin import Family, case, kernel_dtypes
+from jax2onnx_nn._util import FLOATS, macro
+
+family = Family("nn")
+register = family.register
 
 # JAX's SELU constants (jax.nn.selu).
 _SELU_ALPHA = 1.6732632423543772848170429916717
@@ -101,47 +103,48 @@ def _activation(
     doc: str,
     cases: Sequence[Any],
     *,
-    native: Sequence[Any] = (F32,),
+    native: Sequence[Any] | None = None,
     min_opset: int = 1,
     targets: Sequence[str] | None = None,
     jvp: Any = "fallback",
 ) -> Any:
-    """Register ``nn.<name>``: interception, lowering(s) and cases.
+    """Declare ``nn.<name>``: interception, lowering(s) and cases.
 
     Calls whose options (``alpha``, ``approximate`` ...) are not Python numbers
     run the original function.
 
     ``build(ctx, x, **params)`` emits the ONNX form for operands of a
-    ``native`` dtype at ``min_opset`` and newer; everything else (and older
-    opsets) inlines JAX's decomposition of ``impl``.
+    ``native`` dtype (those ONNX Runtime has kernels for) at ``min_opset`` and
+    newer; everything else (and older opsets) inlines JAX's decomposition of
+    ``impl``, the primitive's fallback.
     """
-    prim = macro(name, impl, targets or [f"jax.nn.{name}"], jvp=jvp, accept=_static_rest)
+    prim = macro(family, name, impl, targets or [f"jax.nn.{name}"], jvp=jvp, accept=_static_rest)
 
-    def decomposed(ctx, *xs, **params):
-        return ctx.decompose(impl, *xs, **params)
+    def decomposed(ctx, x, **params):
+        return ctx.fallback()
 
     decomposed.__name__ = decomposed.__qualname__ = f"{name}_decomposed"
     decomposed.__doc__ = f"JAX's decomposition of jax.nn.{name}, inlined (opsets before the op)."
 
     if build is None:
         decomposed.__doc__ = f"JAX's decomposition of jax.nn.{name}, inlined: no ONNX op has it."
-        rules.lowering(prim, cases=cases)(decomposed)
+        family.lowering(prim, cases=cases)(decomposed)
         return prim
 
-    def lower(ctx, *xs, **params):
-        if len(xs) == 1 and dtype_in(ctx, native):
-            return build(ctx, *xs, **params)
-        return ctx.decompose(impl, *xs, **params)
+    def lower(ctx, x, **params):
+        return build(ctx, x, **params)
 
     lower.__name__ = lower.__qualname__ = name
     lower.__doc__ = doc + " Other dtypes inline JAX's decomposition (ORT has no kernel)."
-    rules.lowering(prim, min_opset=min_opset, cases=cases)(lower)
+    family.lowering(prim, min_opset=min_opset, native_dtypes=native, cases=cases)(lower)
     if min_opset > 1:
-        rules.lowering(prim)(decomposed)
+        family.lowering(prim)(decomposed)
     return prim
 
 
 _NN = jax.nn  # the originals, captured before any interception patches them
+# ``native``: kernel_dtypes(...) where the form's ops are in the core's ONNX Runtime kernel
+# table; the Clip forms and the several-op forms without such an op name the float dtypes.
 
 relu_p = _activation(
     "relu",
@@ -152,7 +155,7 @@ relu_p = _activation(
         *_cases("relu", lambda x: jax.nn.relu(x), "Relu", f64_counts={"Relu": 1}),
         case("relu_int32", lambda x: jax.nn.relu(x), [(5,)], dtypes=[np.int32]),
     ],
-    native=(F32, F64),
+    native=kernel_dtypes("Relu"),
 )
 relu6_p = _activation(
     "relu6",
@@ -160,7 +163,7 @@ relu6_p = _activation(
     lambda ctx, x: ctx.op.Clip(x, 0.0, 6.0),
     "``Clip(x, 0, 6)``.",
     _cases("relu6", lambda x: jax.nn.relu6(x), "Clip", input_range=(-9.0, 9.0)),
-    native=(F32, F64),
+    native=FLOATS,
 )
 sigmoid_p = _activation(
     "sigmoid",
@@ -168,7 +171,7 @@ sigmoid_p = _activation(
     lambda ctx, x: ctx.op.Sigmoid(x),
     "One Sigmoid.",
     _cases("sigmoid", lambda x: jax.nn.sigmoid(x), "Sigmoid", f64_counts={"Sigmoid": 1}),
-    native=(F32, F64),
+    native=kernel_dtypes("Sigmoid"),
 )
 log_sigmoid_p = _activation(
     "log_sigmoid",
@@ -181,6 +184,7 @@ log_sigmoid_p = _activation(
         "Neg -> Softplus -> Neg",
         f64_counts={"Softplus": 0},
     ),
+    native=kernel_dtypes("Neg", "Softplus"),
 )
 softplus_p = _activation(
     "softplus",
@@ -188,6 +192,7 @@ softplus_p = _activation(
     lambda ctx, x: ctx.op.Softplus(x),
     "One Softplus.",
     _cases("softplus", lambda x: jax.nn.softplus(x), "Softplus", f64_counts={"Softplus": 0}),
+    native=kernel_dtypes("Softplus"),
 )
 soft_sign_p = _activation(
     "soft_sign",
@@ -195,6 +200,7 @@ soft_sign_p = _activation(
     lambda ctx, x: ctx.op.Softsign(x),
     "One Softsign.",
     _cases("soft_sign", lambda x: jax.nn.soft_sign(x), "Softsign", f64_counts={"Softsign": 0}),
+    native=kernel_dtypes("Softsign"),
 )
 silu_p = _activation(
     "silu",
@@ -205,7 +211,7 @@ silu_p = _activation(
         *_cases("silu", lambda x: jax.nn.silu(x), "Sigmoid -> Mul", counts={"Sigmoid": 1}),
         case("swish", lambda x: jax.nn.swish(x), [("B", 3)], expect=["Sigmoid -> Mul:Bx3"]),
     ],
-    native=(F32, F64),
+    native=kernel_dtypes("Sigmoid", "Mul"),
     targets=["jax.nn.silu", "jax.nn.swish"],
 )
 elu_p = _activation(
@@ -218,6 +224,7 @@ elu_p = _activation(
         case("elu_alpha", lambda x: jax.nn.elu(x, 0.5), [(2, 3)], expect=["Elu"], variants=["f32"]),
         case("elu_alpha_array", lambda x, a: jax.nn.elu(x, a), [(2, 3), ()]),
     ],
+    native=kernel_dtypes("Elu"),
 )
 celu_p = _activation(
     "celu",
@@ -231,6 +238,7 @@ celu_p = _activation(
         ),
         case("celu_alpha_f64", lambda x: jax.nn.celu(x, 2.0), [(2, 3)], variants=["f64"]),
     ],
+    native=kernel_dtypes("Celu"),
     min_opset=12,
 )
 selu_p = _activation(
@@ -239,6 +247,7 @@ selu_p = _activation(
     lambda ctx, x: ctx.op.Selu(x, alpha=_SELU_ALPHA, gamma=_SELU_SCALE),
     "One Selu with JAX's alpha and scale.",
     _cases("selu", lambda x: jax.nn.selu(x), "Selu", f64_counts={"Selu": 0}),
+    native=kernel_dtypes("Selu"),
 )
 leaky_relu_p = _activation(
     "leaky_relu",
@@ -257,6 +266,7 @@ leaky_relu_p = _activation(
             variants=["f32"],
         ),
     ],
+    native=kernel_dtypes("LeakyRelu"),
 )
 hard_tanh_p = _activation(
     "hard_tanh",
@@ -264,7 +274,7 @@ hard_tanh_p = _activation(
     lambda ctx, x: ctx.op.Clip(x, -1.0, 1.0),
     "``Clip(x, -1, 1)``.",
     _cases("hard_tanh", lambda x: jax.nn.hard_tanh(x), "Clip", input_range=(-3.0, 3.0)),
-    native=(F32, F64),
+    native=FLOATS,
 )
 hard_sigmoid_p = _activation(
     "hard_sigmoid",
@@ -277,6 +287,7 @@ hard_sigmoid_p = _activation(
         "HardSigmoid",
         f64_counts={"HardSigmoid": 0},
     ),
+    native=kernel_dtypes("HardSigmoid"),
 )
 hard_silu_p = _activation(
     "hard_silu",
@@ -295,6 +306,7 @@ hard_silu_p = _activation(
             variants=["f32"],
         ),
     ],
+    native=kernel_dtypes("HardSwish"),
     min_opset=14,
     targets=["jax.nn.hard_silu", "jax.nn.hard_swish"],
 )
@@ -307,6 +319,7 @@ mish_p = _activation(
         *_cases("mish", lambda x: jax.nn.mish(x), "Mish", f64_counts={"Mish": 0}),
         case("mish_opset17", lambda x: jax.nn.mish(x), [(2, 3)], opset=17, counts={"Mish": 0}),
     ],
+    native=kernel_dtypes("Mish"),
     min_opset=18,
 )
 gelu_p = _activation(
@@ -340,6 +353,7 @@ gelu_p = _activation(
             counts={"Gelu": 0},
         ),
     ],
+    native=kernel_dtypes("Gelu"),
     min_opset=20,
 )
 squareplus_p = _activation(
@@ -351,7 +365,7 @@ squareplus_p = _activation(
         *_cases("squareplus", lambda x: jax.nn.squareplus(x), "Mul -> Add -> Sqrt -> Add -> Div"),
         case("squareplus_b", lambda x: jax.nn.squareplus(x, 1.5), [(2, 3)]),
     ],
-    native=(F32, F64),
+    native=FLOATS,
 )
 
 
@@ -369,7 +383,7 @@ sparse_plus_p = _activation(
     _sparse_plus,
     "``0`` below -1, ``x`` above 1, ``(x + 1)**2 / 4`` between: two Where (no ONNX op).",
     _cases("sparse_plus", lambda x: jax.nn.sparse_plus(x), "Where", input_range=(-2.0, 2.0)),
-    native=(F32, F64),
+    native=FLOATS,
 )
 sparse_sigmoid_p = _activation(
     "sparse_sigmoid",
@@ -382,7 +396,7 @@ sparse_sigmoid_p = _activation(
         "Add -> Clip -> Mul",
         input_range=(-2.0, 2.0),
     ),
-    native=(F32, F64),
+    native=FLOATS,
 )
 log1mexp_p = _activation(
     "log1mexp",
@@ -420,5 +434,5 @@ identity_p = _activation(
         case("identity_grad", jax.grad(lambda x: (jax.nn.identity(x) * x).sum()), [("B",)]),
         case("identity_int32", lambda x: jax.nn.identity(x) + 1, [(4,)], dtypes=[np.int32]),
     ],
-    native=(F32, F64, np.int32, np.int64, np.bool_, np.float16),
+    native=(*FLOATS, np.int32, np.int64, np.bool_, np.float16),
 )

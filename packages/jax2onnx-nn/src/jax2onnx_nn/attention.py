@@ -23,10 +23,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jax2onnx.dims import is_symbolic
-from jax2onnx.plugin import call_arguments, case
-from jax2onnx_nn._rules import rules
-from jax2onnx_nn._util import F32, batch_front
+from jax2onnx.plugin import Family, batch_at_front, call_arguments, case, is_symbolic, kernel_dtypes
+
+family = Family("nn")
+register = family.register
 
 _dpa = jax.nn.dot_product_attention  # the original, captured before interception
 
@@ -49,7 +49,7 @@ def _impl(query, key, value, *extra, has_bias, has_mask, scale, is_causal, local
 
 def _batching(args, dims, **params):
     """Merge the vmapped axis into JAX's batch axis and bind the primitive once."""
-    front = batch_front(args, dims)
+    front = batch_at_front(args, dims)
     size = front[0].shape[0]
     if front[0].ndim == 4:  # unbatched operands were (T, N, H): the vmapped axis is B
         return attention_p.bind(*front, **params), 0
@@ -62,7 +62,7 @@ def _batching(args, dims, **params):
     return out.reshape((size, batch, *out.shape[1:])), 0
 
 
-attention_p = rules.primitive(
+attention_p = family.primitive(
     "dot_product_attention", impl=_impl, batching=_batching, jvp="fallback"
 )
 
@@ -101,7 +101,7 @@ def _binder(original):
     return call
 
 
-rules.intercept("jax.nn.dot_product_attention", attention_p, binder=_binder)
+family.intercept("jax.nn.dot_product_attention", attention_p, binder=_binder)
 
 
 # JAX runs the attention softmax in float32 even for float64 operands, so float64
@@ -114,9 +114,10 @@ _MASK_ROW = np.ones((1, 1, 5, 6), bool)
 _MASK_ROW[0, 0, 2] = False  # a fully masked row: uniform in JAX
 
 
-@rules.lowering(
+@family.lowering(
     attention_p,
     min_opset=23,
+    native_dtypes=(*kernel_dtypes("Attention"), np.bool_),  # float32 operands, a boolean mask
     cases=[
         case(
             "dpa",
@@ -220,31 +221,19 @@ def dot_product_attention(
     ctx, query, key, value, *extra, has_bias, has_mask, scale, is_causal, local_window_size
 ):
     """One Attention (3-D form) between free Reshapes; see the module docstring."""
-    params = dict(
-        has_bias=has_bias,
-        has_mask=has_mask,
-        scale=scale,
-        is_causal=is_causal,
-        local_window_size=local_window_size,
-    )
-    avals = ctx.avals_in
-    q_shape, k_shape, v_shape = (a.shape for a in avals[:3])
+    q_shape, k_shape, v_shape = (a.shape for a in ctx.avals_in[:3])
     unbatched = len(q_shape) == 3
     t_len, s_len = q_shape[-3], k_shape[-3]
     fold_causal = is_causal and has_mask
-    if (
-        np.dtype(avals[0].dtype) != F32
-        or any(np.dtype(a.dtype) != F32 for a in avals[:3])
-        or (has_bias and np.dtype(avals[3].dtype) != F32)
-        or local_window_size is not None
-        or (fold_causal and (is_symbolic(t_len) or is_symbolic(s_len)))
+    if local_window_size is not None or (
+        fold_causal and (is_symbolic(t_len) or is_symbolic(s_len))
     ):
-        return ctx.decompose(_impl, query, key, value, *extra, **params)
+        return ctx.fallback()
     n_heads, k_heads, head, v_head = q_shape[-2], k_shape[-2], q_shape[-1], v_shape[-1]
     if unbatched:
-        zero = ctx.const(np.asarray([0], np.int64))
+        zero = ctx.i64([0])
         query, key, value = (ctx.op.Unsqueeze(x, zero) for x in (query, key, value))
-    flat = ctx.const(np.asarray([0, 0, -1], np.int64))
+    flat = ctx.i64([0, 0, -1])
     q3, k3, v3 = (ctx.op.Reshape(x, flat) for x in (query, key, value))
     rest = list(extra)
     bias = rest.pop(0) if has_bias else None
@@ -266,13 +255,13 @@ def dot_product_attention(
         scale=float(1.0 / np.sqrt(head) if scale is None else scale),
         is_causal=int(is_causal and not fold_causal),
     )
-    out = ctx.op.Reshape(y, ctx.const(np.asarray([0, 0, int(n_heads), int(v_head)], np.int64)))
+    out = ctx.op.Reshape(y, ctx.i64([0, 0, int(n_heads), int(v_head)]))
     if unbatched:
-        out = ctx.op.Squeeze(out, ctx.const(np.asarray([0], np.int64)))
+        out = ctx.op.Squeeze(out, ctx.i64([0]))
     return out
 
 
-@rules.lowering(attention_p)
+@family.lowering(attention_p)
 def _attention_decomposed(ctx, *operands, **params):
     """JAX's decomposition (einsum, masks, float32 softmax, einsum), inlined (before opset 23)."""
-    return ctx.decompose(_impl, *operands, **params)
+    return ctx.fallback()

@@ -9,11 +9,24 @@ convert too.
 
 from __future__ import annotations
 
+import importlib
+
 from jax2onnx.plugin import Rules, hookimpl
-from jax2onnx_nn import activations, attention, reductions, scaled, softmax  # noqa: F401 - importing a family module registers its rules
-from jax2onnx_nn._rules import rules
+
+# the family modules, imported by name when the rules are built
+FAMILIES = (
+    "activations",
+    "attention",
+    "softmax",
+    "reductions",
+    "scaled",
+)
 
 
 @hookimpl
 def jax2onnx_rules() -> Rules:
+    """A new Rules with every family module's declarations."""
+    rules = Rules("nn")
+    for name in FAMILIES:
+        importlib.import_module(f"{__package__}.{name}").register(rules)
     return rules

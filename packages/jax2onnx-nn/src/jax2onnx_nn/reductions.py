@@ -20,11 +20,12 @@ from typing import Any
 import jax
 import numpy as np
 
-from jax2onnx.dims import is_symbolic
-from jax2onnx.plugin import case
-from jax2onnx_nn._rules import rules
-from jax2onnx_nn._util import F32, F64, batch_front, canonical_axes, dtype_in, macro, shifted_axis
-from jax2onnx_nn.softmax import logsumexp as _lower_logsumexp
+from jax2onnx.plugin import Family, batch_at_front, case, is_symbolic
+from jax2onnx_nn._util import FLOATS, canonical_axes, macro, shifted_axis
+from jax2onnx_nn.softmax import shifted_logsumexp
+
+family = Family("nn")
+register = family.register
 
 _logmeanexp = jax.nn.logmeanexp  # the original, captured before the interception patches it
 
@@ -35,12 +36,13 @@ def _hashable_axis(axis: Any) -> bool:
 
 def _logmeanexp_batching(args, dims, *, axis, where, keepdims):
     """Batch axis to the front, ``axis`` renumbered, the same primitive bound again."""
-    (x,) = batch_front(args, dims)
+    (x,) = batch_at_front(args, dims)
     axis = shifted_axis(axis, x.ndim - 1)
     return logmeanexp_p.bind(x, axis=axis, where=where, keepdims=keepdims), 0
 
 
 logmeanexp_p = macro(
+    family,
     "logmeanexp",
     _logmeanexp,
     ["jax.nn.logmeanexp"],
@@ -56,9 +58,10 @@ _EDGES = np.array(
 _MASK = np.array([[True, False, True, True], [False, False, True, False], [True] * 4])
 
 
-@rules.lowering(
+@family.lowering(
     logmeanexp_p,
     min_opset=18,
+    native_dtypes=FLOATS,
     cases=[
         case(
             "logmeanexp",
@@ -143,32 +146,24 @@ def logmeanexp(ctx, x, *, axis, where, keepdims):
     """
     shape = ctx.avals_in[0].shape
     axes = canonical_axes(axis, len(shape))
-    if not axes or not dtype_in(ctx, (F32, F64)):
-        return _logmeanexp_decomposed(ctx, x, axis=axis, where=where, keepdims=keepdims)
+    if not axes:
+        return ctx.fallback()
     dt = np.dtype(ctx.avals_in[0].dtype)
-    lse = _lower_logsumexp(
-        ctx, x, axis=axis, b=None, keepdims=keepdims, return_sign=False, where=None
-    )
+    lse = shifted_logsumexp(ctx, x, axes, keepdims)
     dims = [shape[a] for a in axes]
     if any(is_symbolic(d) for d in dims):
         count = ctx.dim(dims[0])
         for d in dims[1:]:
             count = ctx.op.Mul(count, ctx.dim(d))
-        log_n = ctx.op.Log(ctx.op.Cast(ctx.op.Squeeze(count), to=_onnx(dt)))
+        log_n = ctx.op.Log(ctx.cast(ctx.op.Squeeze(count), dt))
     else:
         n = math.prod(int(d) for d in dims)
         log_n = np.asarray(math.log(n) if n else -math.inf, dt)
     return ctx.op.Sub(lse, log_n)
 
 
-@rules.lowering(logmeanexp_p)
+@family.lowering(logmeanexp_p)
 def _logmeanexp_decomposed(ctx, x, **params):
     """JAX's decomposition of jax.nn.logmeanexp, inlined (opsets < 18: ReduceMax takes
     its axes as an attribute there, which the lax reductions handle)."""
-    return ctx.decompose(_logmeanexp, x, **params)
-
-
-def _onnx(dtype):
-    from jax2onnx.dtypes import onnx_dtype
-
-    return onnx_dtype(dtype)
+    return ctx.fallback()

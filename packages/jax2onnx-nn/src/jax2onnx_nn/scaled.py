@@ -48,10 +48,11 @@ from jax._src import core as jax_core
 from jax._src.cudnn.scaled_matmul_stablehlo import _scaled_matmul_p_wrapper
 from jax._src.cudnn.scaled_matmul_stablehlo import quantize as _quantize
 
-from jax2onnx.dtypes import onnx_dtype
-from jax2onnx.plugin import case
-from jax2onnx_nn._rules import rules
-from jax2onnx_nn._util import F32, F64, batch_front, macro
+from jax2onnx.plugin import Family, batch_at_front, case, onnx_dtype
+from jax2onnx_nn._util import F32, F64, macro
+
+family = Family("nn")
+register = family.register
 
 _scaled_matmul = jax.nn.scaled_matmul  # the original, captured before the interception
 _E8M0 = np.dtype(ml_dtypes.float8_e8m0fnu)
@@ -89,7 +90,7 @@ def scaled_matmul_reference(lhs, rhs, lhs_scales, rhs_scales, preferred_element_
 
 def _scaled_matmul_batching(args, dims, *, preferred_element_type):
     """The vmapped axis merged into ``B``: one primitive, one MatMul."""
-    args = batch_front(args, dims)
+    args = batch_at_front(args, dims)
     v, b = args[0].shape[:2]
     flat = [jnp.reshape(x, (v * b, *x.shape[2:])) for x in args]
     out = scaled_matmul_p.bind(*flat, preferred_element_type=preferred_element_type)
@@ -97,6 +98,7 @@ def _scaled_matmul_batching(args, dims, *, preferred_element_type):
 
 
 scaled_matmul_p = macro(
+    family,
     "scaled_matmul",
     scaled_matmul_reference,
     ["jax.nn.scaled_matmul"],
@@ -108,15 +110,12 @@ scaled_matmul_p = macro(
 def _dequantized(ctx, x, s, aval, scale_aval, ct):
     """``x * repeat(s, block, axis=-1)`` in ``ct``: Reshape -> Mul(Unsqueeze(s)) -> Reshape."""
     k, kb = int(aval.shape[-1]), int(scale_aval.shape[-1])
-    if np.dtype(aval.dtype) != ct:
-        x = ctx.op.Cast(x, to=onnx_dtype(ct))
-    if np.dtype(scale_aval.dtype) != ct:
-        s = ctx.op.Cast(s, to=onnx_dtype(ct))
+    x, s = ctx.cast(x, ct), ctx.cast(s, ct)
     if kb == k:
         return ctx.op.Mul(x, s)
-    blocks = ctx.op.Reshape(x, ctx.const(np.asarray([0, 0, kb, k // kb], np.int64)))
-    scaled = ctx.op.Mul(blocks, ctx.op.Unsqueeze(s, ctx.const(np.asarray([-1], np.int64))))
-    return ctx.op.Reshape(scaled, ctx.const(np.asarray([0, 0, k], np.int64)))
+    blocks = ctx.op.Reshape(x, ctx.i64([0, 0, kb, k // kb]))
+    scaled = ctx.op.Mul(blocks, ctx.op.Unsqueeze(s, ctx.i64([-1])))
+    return ctx.op.Reshape(scaled, ctx.i64([0, 0, k]))
 
 
 def _e8m0_scales(ctx, s, aval):
@@ -137,7 +136,7 @@ def _e8m0_scales(ctx, s, aval):
         or producer.inputs[0].dtype != onnx_dtype(np.uint8)
     ):
         return None
-    e = ctx.op.Cast(producer.inputs[0], to=onnx_dtype(F32))
+    e = ctx.cast(producer.inputs[0], F32)
     power = ctx.op.Pow(np.asarray(2.0, F32), ctx.op.Sub(e, np.asarray(127.0, F32)))
     out = ctx.op.Where(ctx.op.Equal(e, np.asarray(255.0, F32)), np.asarray(np.nan, F32), power)
     for node in reversed(reshapes):
@@ -170,8 +169,7 @@ def _lower(ctx, lhs, rhs, lhs_scales, rhs_scales):
     a = _dequantized(ctx, lhs, lhs_scales, avals[0], avals[2], ct)
     b = _dequantized(ctx, rhs, rhs_scales, avals[1], avals[3], ct)
     out = ctx.op.MatMul(a, ctx.op.Transpose(b, perm=[0, 2, 1]))
-    out_dtype = np.dtype(ctx.avals_out[0].dtype)
-    return out if out_dtype == ct else ctx.op.Cast(out, to=onnx_dtype(out_dtype))
+    return ctx.cast(out, ctx.avals_out[0].dtype)
 
 
 def _via_jax_nn(*args, **kwargs):
@@ -192,7 +190,7 @@ def _fp8(dtype):
 _SHAPES = [("B", 3, 64), ("B", 4, 64), ("B", 3, 2), ("B", 4, 2)]
 
 
-@rules.lowering(
+@family.lowering(
     scaled_matmul_p,
     cases=[
         case(
@@ -257,7 +255,7 @@ def scaled_matmul(ctx, lhs, rhs, lhs_scales, rhs_scales, *, preferred_element_ty
     return _lower(ctx, lhs, rhs, lhs_scales, rhs_scales)
 
 
-@rules.lowering(_scaled_matmul_p_wrapper)
+@family.lowering(_scaled_matmul_p_wrapper)
 def scaled_matmul_wrapper(ctx, lhs, rhs, lhs_scales, rhs_scales, *, preferred_element_type):
     """JAX's own ``scaled_matmul_wrapper`` primitive: the same lowering (one output)."""
     return [_lower(ctx, lhs, rhs, lhs_scales, rhs_scales)]
@@ -315,7 +313,7 @@ def _eval_with_reference(jaxpr, consts, *args):
     return [read(v) for v in jaxpr.outvars]
 
 
-rules.add_cases(
+family.add_cases(
     "jax.nn.scaled_dot_general",
     [
         case(

@@ -23,18 +23,18 @@ import jax.numpy as jnp
 import numpy as np
 from jax.interpreters import ad
 
-from jax2onnx.dims import is_symbolic
-from jax2onnx.plugin import case
-from jax2onnx_nn._rules import rules
-from jax2onnx_nn._util import (
-    F32,
-    F64,
-    batch_front,
-    canonical_axes,
-    dtype_in,
-    macro,
-    shifted_axis,
+from jax2onnx.plugin import (
+    Family,
+    batch_at_front,
+    case,
+    is_symbolic,
+    kernel_dtypes,
+    onnx_dtype,
 )
+from jax2onnx_nn._util import F32, FLOATS, canonical_axes, macro, shifted_axis
+
+family = Family("nn")
+register = family.register
 
 _NN = jax.nn  # the originals, captured before any interception patches them
 _softmax, _log_softmax, _logsumexp = _NN.softmax, _NN.log_softmax, _NN.logsumexp
@@ -49,7 +49,7 @@ def _axis_batching(get_prim):
     """Batch axis to the front, ``axis`` renumbered, the same primitive bound again."""
 
     def rule(args, dims, *, axis, **params):
-        (x,) = batch_front(args, dims)
+        (x,) = batch_at_front(args, dims)
         return get_prim().bind(x, axis=shifted_axis(axis, x.ndim - 1), **params), 0
 
     return rule
@@ -71,6 +71,7 @@ def _softmax_jvp(primals, tangents, *, axis, where):
 
 
 softmax_p = macro(
+    family,
     "softmax",
     _softmax,
     ["jax.nn.softmax"],
@@ -93,8 +94,9 @@ _SOFTMAX_EDGES = np.array(
 _MASK = np.array([[True, False, True, True], [False, True, True, False]])
 
 
-@rules.lowering(
+@family.lowering(
     softmax_p,
+    native_dtypes=kernel_dtypes("Softmax"),
     cases=[
         case("softmax", lambda x: jax.nn.softmax(x), [("B", 5)], expect=["Softmax:Bx5"]),
         case(
@@ -146,9 +148,9 @@ def softmax(ctx, x, *, axis, where):
     decomposition (max-shifted exp over the sum).
     """
     single = _single_axis(ctx, axis)
-    if single is not None and where is None and dtype_in(ctx, (F32, F64)):
-        return ctx.op.Softmax(x, axis=single)
-    return ctx.decompose(_softmax, x, axis=axis, where=where)
+    if single is None or where is not None:
+        return ctx.fallback()
+    return ctx.op.Softmax(x, axis=single)
 
 
 # -- log_softmax ---------------------------------------------------------------
@@ -163,6 +165,7 @@ def _log_softmax_jvp(primals, tangents, *, axis, where):
 
 
 log_softmax_p = macro(
+    family,
     "log_softmax",
     _log_softmax,
     ["jax.nn.log_softmax"],
@@ -172,8 +175,9 @@ log_softmax_p = macro(
 )
 
 
-@rules.lowering(
+@family.lowering(
     log_softmax_p,
+    native_dtypes=kernel_dtypes("LogSoftmax"),
     cases=[
         case(
             "log_softmax",
@@ -238,14 +242,15 @@ def log_softmax(ctx, x, *, axis, where):
     ``[inf, 0, 1]`` where JAX gives NaNs, so float64 decomposes as well.
     """
     single = _single_axis(ctx, axis)
-    if single is not None and where is None and dtype_in(ctx, (F32,)):
-        return ctx.op.LogSoftmax(x, axis=single)
-    return ctx.decompose(_log_softmax, x, axis=axis, where=where)
+    if single is None or where is not None:
+        return ctx.fallback()
+    return ctx.op.LogSoftmax(x, axis=single)
 
 
 # -- logsumexp -----------------------------------------------------------------
 
 logsumexp_p = macro(
+    family,
     "logsumexp",
     _logsumexp,
     ["jax.nn.logsumexp", "jax.scipy.special.logsumexp"],
@@ -265,9 +270,10 @@ _LSE_EDGES = np.array(
 )
 
 
-@rules.lowering(
+@family.lowering(
     logsumexp_p,
     min_opset=18,
+    native_dtypes=FLOATS,
     cases=[
         case(
             "logsumexp",
@@ -310,20 +316,16 @@ def logsumexp(ctx, x, *, axis, b, keepdims, return_sign, where):
     where JAX does not); this is JAX's formula. Empty axis sets and non-float
     dtypes inline JAX's decomposition.
     """
-    ndim = len(ctx.avals_in[0].shape)
-    axes = canonical_axes(axis, ndim)
-    if not axes or not dtype_in(ctx, (F32, F64)):
-        return ctx.decompose(
-            _logsumexp,
-            x,
-            axis=axis,
-            b=b,
-            keepdims=keepdims,
-            return_sign=return_sign,
-            where=where,
-        )
+    axes = canonical_axes(axis, len(ctx.avals_in[0].shape))
+    if not axes:
+        return ctx.fallback()
+    return shifted_logsumexp(ctx, x, axes, keepdims)
+
+
+def shifted_logsumexp(ctx, x, axes: tuple[int, ...], keepdims: bool):
+    """JAX's max-shifted log-sum-exp of ``x`` (float32/float64) over non-empty ``axes``."""
     dt = np.dtype(ctx.avals_in[0].dtype)
-    ax = ctx.const(np.asarray(axes, np.int64))
+    ax = ctx.i64(axes)
     m = ctx.op.ReduceMax(x, ax, keepdims=1)
     finite = ctx.op.Less(ctx.op.Abs(m), np.asarray(np.inf, dt))
     m = ctx.op.Where(finite, m, np.zeros((), dt))
@@ -331,15 +333,16 @@ def logsumexp(ctx, x, *, axis, b, keepdims, return_sign, where):
     return ctx.op.Add(ctx.op.Log(total), m if keepdims else ctx.op.Squeeze(m, ax))
 
 
-@rules.lowering(logsumexp_p)
+@family.lowering(logsumexp_p)
 def _logsumexp_before_18(ctx, x, **params):
     """Below opset 18 (reduction axes are attributes): JAX's decomposition, inlined."""
-    return ctx.decompose(_logsumexp, x, **params)
+    return ctx.fallback()
 
 
 # -- standardize ---------------------------------------------------------------
 
 standardize_p = macro(
+    family,
     "standardize",
     _standardize,
     ["jax.nn.standardize"],
@@ -355,9 +358,10 @@ standardize_p = macro(
 )
 
 
-@rules.lowering(
+@family.lowering(
     standardize_p,
     min_opset=17,
+    native_dtypes=FLOATS,
     cases=[
         case(
             "standardize",
@@ -409,31 +413,22 @@ def standardize(ctx, x, *, axis, mean, variance, epsilon, where, algorithm):
     axes = canonical_axes(axis, ndim)
     trailing = bool(axes) and axes == tuple(range(ndim - len(axes), ndim))
     dims = [shape[a] for a in axes]
-    if trailing and not any(is_symbolic(d) for d in dims) and dtype_in(ctx, (F32, F64)):
-        dt = np.dtype(ctx.avals_in[0].dtype)
-        scale = np.ones([int(d) for d in dims], dt)
-        return ctx.op.LayerNormalization(x, scale, axis=axes[0], epsilon=float(epsilon))
-    return _standardize_decomposed(
-        ctx,
-        x,
-        axis=axis,
-        mean=mean,
-        variance=variance,
-        epsilon=epsilon,
-        where=where,
-        algorithm=algorithm,
-    )
+    if not trailing or any(is_symbolic(d) for d in dims):
+        return ctx.fallback()
+    scale = np.ones([int(d) for d in dims], np.dtype(ctx.avals_in[0].dtype))
+    return ctx.op.LayerNormalization(x, scale, axis=axes[0], epsilon=float(epsilon))
 
 
-@rules.lowering(standardize_p)
+@family.lowering(standardize_p)
 def _standardize_decomposed(ctx, x, **params):
     """JAX's decomposition of jax.nn.standardize (means, variance, rsqrt), inlined."""
-    return ctx.decompose(_standardize, x, **params)
+    return ctx.fallback()
 
 
 # -- glu -----------------------------------------------------------------------
 
 glu_p = macro(
+    family,
     "glu",
     _glu,
     ["jax.nn.glu"],
@@ -443,8 +438,9 @@ glu_p = macro(
 )
 
 
-@rules.lowering(
+@family.lowering(
     glu_p,
+    native_dtypes=kernel_dtypes("Split", "Sigmoid", "Mul"),
     cases=[
         case("glu", lambda x: jax.nn.glu(x), [("B", 6)], expect=["Split -> Sigmoid -> Mul:Bx3"]),
         case("glu_axis0", lambda x: jax.nn.glu(x, axis=0), [(4, "B")], expect=["Split"]),
@@ -466,10 +462,10 @@ def glu(ctx, x, *, axis):
     """
     shape = ctx.avals_in[0].shape
     position = axis % len(shape)
-    if is_symbolic(shape[position]) or not dtype_in(ctx, (F32, F64)):
-        return ctx.decompose(_glu, x, axis=axis)
+    if is_symbolic(shape[position]):
+        return ctx.fallback()
     half = int(shape[position]) // 2
-    sizes = ctx.const(np.asarray([half, half], np.int64))
+    sizes = ctx.i64([half, half])
     first, second = ctx.op.Split(x, sizes, axis=position, _outputs=2)
     return ctx.op.Mul(first, ctx.op.Sigmoid(second))
 
@@ -479,12 +475,13 @@ def glu(ctx, x, *, axis):
 
 def _one_hot_batching(args, dims, *, num_classes, dtype, axis):
     """Batch axis to the front; the output's class axis moves one further."""
-    (x,) = batch_front(args, dims)
+    (x,) = batch_at_front(args, dims)
     position = axis % x.ndim  # the output has one more axis than the unbatched operand
     return one_hot_p.bind(x, num_classes=num_classes, dtype=dtype, axis=position + 1), 0
 
 
 one_hot_p = macro(
+    family,
     "one_hot",
     _one_hot,
     ["jax.nn.one_hot"],
@@ -496,7 +493,7 @@ one_hot_p = macro(
 _LABELS = np.array([0, 2, -1, 3, 1, 7], np.int32)
 
 
-@rules.lowering(
+@family.lowering(
     one_hot_p,
     cases=[
         case(
@@ -549,18 +546,10 @@ def one_hot(ctx, x, *, num_classes, dtype, axis):
     position = axis % (ndim + 1)
     if np.issubdtype(in_dtype, np.integer) or in_dtype == np.bool_:
         cmp = np.dtype(np.int64)
-    elif in_dtype in (F32, F64):
+    elif in_dtype in FLOATS:
         cmp = in_dtype
     else:
         cmp = F32  # float16/bfloat16 widen exactly
-    if cmp != in_dtype:
-        x = ctx.op.Cast(x, to=_onnx(cmp))
-    lhs = ctx.op.Unsqueeze(x, ctx.const(np.asarray([position], np.int64)))
+    lhs = ctx.op.Unsqueeze(ctx.cast(x, cmp), ctx.i64([position]))
     iota = np.arange(num_classes, dtype=cmp).reshape([num_classes] + [1] * (ndim - position))
-    return ctx.op.Cast(ctx.op.Equal(lhs, iota), to=_onnx(ctx.avals_out[0].dtype))
-
-
-def _onnx(dtype):
-    from jax2onnx.dtypes import onnx_dtype
-
-    return onnx_dtype(dtype)
+    return ctx.op.Cast(ctx.op.Equal(lhs, iota), to=onnx_dtype(ctx.avals_out[0].dtype))

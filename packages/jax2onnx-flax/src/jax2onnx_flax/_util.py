@@ -1,0 +1,85 @@
+"""Helpers shared by the flax family modules: conversion-time arrays, batching, cases."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jax2onnx.plugin import case
+
+F32 = np.dtype(np.float32)
+F64 = np.dtype(np.float64)
+FLOATS = (F32, F64)  # ONNX Runtime's Gemm, MatMul and Einsum have kernels for both
+LETTERS = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"  # einsum axis names
+
+
+def at_conversion(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """``fn(*args)`` with concrete arrays computed now (they become initializers).
+
+    Operations on the module's arrays (dtype promotion, masks, reshapes) run
+    eagerly with JAX's own numbers; operations on traced inputs are staged.
+    """
+    with jax.ensure_compile_time_eval():
+        return fn(*args, **kwargs)
+
+
+def promoted(module: Any, arrays: tuple[Any, ...], **kwargs: Any) -> tuple[Any, ...]:
+    """``module.promote_dtype(arrays, dtype=module.dtype)``, parameters promoted now."""
+    return at_conversion(module.promote_dtype, arrays, dtype=module.dtype, **kwargs)
+
+
+def x_batched(impl: Callable[..., Any], bind: Callable[..., Any]) -> Callable[..., Any]:
+    """A batching rule: with only operand 0 batched, ``bind`` it moved to the front.
+
+    ``bind(x, *rest, **params)`` returns ``(out, out_batch_dim)``. Batched
+    parameters (vmap over weights) use JAX's vmap of ``impl``.
+    """
+
+    def rule(args, dims, **params):
+        if dims[0] is None or any(d is not None for d in dims[1:]):
+            out = jax.vmap(functools.partial(impl, **params), in_axes=tuple(dims))(*args)
+            return out, 0
+        x = jnp.moveaxis(args[0], dims[0], 0)
+        return bind(x, *args[1:], **params)
+
+    return rule
+
+
+def hashable_precision(precision: Any) -> Any:
+    """A primitive parameter must be hashable: a list of precisions becomes a tuple."""
+    return tuple(precision) if isinstance(precision, list) else precision
+
+
+def const_value(value: Any) -> np.ndarray | None:
+    """The array of an ONNX value known at conversion time (``None`` otherwise)."""
+    return None if value is None or value.const_value is None else value.const_value.numpy()
+
+
+# -- cases ----------------------------------------------------------------------------
+
+
+def module_factory(factory: Callable[[Any], Any], wrap: Callable[[Any], Any] | None = None):
+    """A case factory: builds the module with ``nnx.Rngs(0)``, optionally wrapped."""
+
+    def make():
+        from flax import nnx
+
+        module = factory(nnx)
+        return wrap(module) if wrap is not None else module
+
+    return make
+
+
+def grad_of_squares(module):
+    """``jax.grad`` of ``sum(module(x) ** 2)`` (squared, so the gradient depends on ``x``)."""
+    return jax.grad(lambda x: (module(x) ** 2).sum())
+
+
+def factory_cases(rows):
+    """``(name, factory, inputs, options)`` rows as factory cases."""
+    return [case(name, make, inputs, factory=True, **kw) for name, make, inputs, kw in rows]

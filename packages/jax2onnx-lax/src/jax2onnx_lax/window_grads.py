@@ -1,0 +1,215 @@
+"""The gradients of window reductions: select_and_scatter_add, select_and_gather_add.
+
+Max and min pooling differentiate into these: a running selection over the
+window offsets (strided Slices, as in :mod:`jax2onnx_lax.windows`) decides which
+operand element each window picks, as XLA selects it; the JVP gathers the
+tangent there, the VJP scatter-adds the cotangent there.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+
+from jax2onnx.plugin import Family, case, is_symbolic
+from jax2onnx_lax.windows import (
+    EDGES,
+    NHWC,
+    TIES,
+    dilate,
+    generic_window,
+    max_pool,
+    min_pool,
+    pad,
+    strided_slice,
+    window_end,
+)
+
+family = Family("lax")
+
+
+def _window_slices(ctx, shape, out_shape, windows, strides, dilations):
+    """(offset index, slicer) for each window offset, in row-major order."""
+    axes = [a for a in range(len(shape)) if windows[a] > 1 or strides[a] > 1]
+    steps = [strides[a] for a in axes]
+    for n, ks in enumerate(itertools.product(*(range(windows[a]) for a in axes))):
+        starts = [k * dilations[a] for k, a in zip(ks, axes)]
+        ends = [window_end(k, dilations[a], strides[a], out_shape[a]) for k, a in zip(ks, axes)]
+
+        def take(x, starts=starts, ends=ends):
+            return strided_slice(ctx, x, starts, ends, axes, steps) if axes else x
+
+        yield n, ks, take
+
+
+def _keep(ctx, select_prim):
+    if select_prim is lax.ge_p:
+        return ctx.op.GreaterOrEqual
+    if select_prim is lax.le_p:
+        return ctx.op.LessOrEqual
+    raise ctx.error(f"select_prim {select_prim} is not supported (only ge and le)")
+
+
+def _select_fill(select_prim, dtype):
+    return np.asarray(-np.inf if select_prim is lax.ge_p else np.inf, dtype)
+
+
+def select_and_gather_add(
+    ctx,
+    tangents,
+    operand,
+    *,
+    select_prim,
+    window_dimensions,
+    window_strides,
+    padding,
+    base_dilation,
+    window_dilation,
+):
+    """Per window, the tangent at the operand's selected (max for ge, min for le) element.
+
+    XLA's pair reduction from the initial (-inf or inf, 0): a running selection
+    over the window offsets (strided Slices) that moves on where ``not
+    select(best, v)``, carrying the tangent along with Where; the first extremum
+    wins ties, NaN is taken as JAX takes it.
+    """
+    keep = _keep(ctx, select_prim)
+    fill = _select_fill(select_prim, ctx.avals_in[1].dtype)
+    zero = np.asarray(0, ctx.avals_in[0].dtype)
+    shape = list(ctx.avals_in[1].shape)
+    out_shape = list(ctx.avals_out[0].shape)
+    v, pshape = dilate(ctx, operand, shape, base_dilation, fill)
+    v, pshape = pad(ctx, v, pshape, padding, fill)
+    t, tshape = dilate(ctx, tangents, shape, base_dilation, zero)
+    t, _ = pad(ctx, t, tshape, padding, zero)
+    best_v, best_t = ctx.const(fill), ctx.const(zero)
+    for _, _, take in _window_slices(
+        ctx, pshape, out_shape, window_dimensions, window_strides, window_dilation
+    ):
+        vk, tk = take(v), take(t)
+        moved = ctx.op.Not(keep(best_v, vk))
+        best_v, best_t = ctx.op.Where(moved, vk, best_v), ctx.op.Where(moved, tk, best_t)
+    return best_t
+
+
+def select_and_scatter_add(
+    ctx, source, operand, *, select_prim, window_dimensions, window_strides, padding
+):
+    """Each window's source value added at the operand's selected element.
+
+    The selection (XLA's: the window's first element, then move on where ``not
+    select(best, v)``) is a running Where over strided Slices recording the
+    window offset; the offset becomes a flat index into the padded windowed
+    axes (moved last and flattened), and ScatterElements(reduction="add") adds
+    the source there. Padding is sliced off the result.
+    """
+    keep = _keep(ctx, select_prim)
+    dtype = ctx.avals_in[1].dtype
+    fill = _select_fill(select_prim, dtype)
+    shape = list(ctx.avals_in[1].shape)
+    out_shape = list(ctx.avals_in[0].shape)
+    padding = [(int(lo), int(hi)) for lo, hi in padding]
+    v, pshape = pad(ctx, operand, shape, padding, fill)
+    windows, strides = window_dimensions, window_strides
+    axes = [a for a in range(len(shape)) if windows[a] > 1 or strides[a] > 1]
+    if any(is_symbolic(pshape[a]) or is_symbolic(out_shape[a]) for a in axes):
+        raise ctx.error("select_and_scatter_add needs static sizes along the windowed axes")
+    best = index = None
+    offsets = []
+    for n, ks, take in _window_slices(ctx, pshape, out_shape, windows, strides, [1] * len(shape)):
+        vk = take(v)
+        offsets.append(ks)
+        if best is None:
+            best, index = vk, ctx.op.Expand(np.int64(0), ctx.shape(out_shape))
+            continue
+        moved = ctx.op.Not(keep(best, vk))
+        best, index = ctx.op.Where(moved, vk, best), ctx.op.Where(moved, np.int64(n), index)
+    lead = [a for a in range(len(shape)) if a not in axes]
+    perm = lead + axes
+    padded = [int(pshape[a]) for a in axes]
+    outs = [int(out_shape[a]) for a in axes]
+    pstrides = [int(np.prod(padded[i + 1 :])) for i in range(len(axes))]
+    flat_offsets = np.asarray([np.dot(ks, pstrides) for ks in offsets], np.int64)
+    grid = np.indices(outs).reshape(len(axes), -1) if axes else np.zeros((0, 1), np.int64)
+    steps = np.asarray([strides[a] * st for a, st in zip(axes, pstrides)], np.int64)
+    base = (grid * steps[:, None]).sum(axis=0).astype(np.int64)
+    keep_lead = [0] * len(lead)
+    if perm != sorted(perm):
+        source, index = ctx.op.Transpose(source, perm=perm), ctx.op.Transpose(index, perm=perm)
+    flat_shape = ctx.i64(keep_lead + [int(np.prod(outs))])
+    source, index = ctx.op.Reshape(source, flat_shape), ctx.op.Reshape(index, flat_shape)
+    position = ctx.op.Add(ctx.op.Gather(ctx.const(flat_offsets), index), ctx.const(base))
+    zeros = ctx.op.Expand(
+        np.asarray(0, dtype), ctx.shape([pshape[a] for a in lead] + [int(np.prod(padded))])
+    )
+    y = ctx.op.ScatterElements(zeros, position, source, axis=len(lead), reduction="add")
+    y = ctx.op.Reshape(y, ctx.i64(keep_lead + padded))
+    if perm != sorted(perm):
+        y = ctx.op.Transpose(y, perm=[int(i) for i in np.argsort(perm)])
+    y, _ = pad(ctx, y, pshape, [(-lo, -hi) for lo, hi in padding], np.asarray(0, dtype))
+    return y
+
+
+def _max_pool_grad(pool=max_pool):
+    return lambda x: jax.grad(lambda y: (pool(y) ** 2).sum())(x)
+
+
+def _jvp(pool):
+    return lambda x, t: jax.jvp(pool, (x,), (t,))[1]
+
+
+def _pool_1d(x):
+    return lax.reduce_window(x, -jnp.inf, lax.max, (3,), (2,), ((2, 1),))
+
+
+family.lowering(
+    lax.select_and_scatter_add_p,
+    min_opset=16,
+    cases=[
+        case("max_pool_grad", _max_pool_grad(), [NHWC], expect=["ScatterElements"]),
+        case(
+            "max_pool_grad_overlap",
+            _max_pool_grad(lambda y: max_pool(y, strides=(1,) * 4)),
+            [np.tile(TIES[None, :, :, None], (2, 1, 1, 3))],
+        ),
+        case("min_pool_grad", _max_pool_grad(min_pool), [NHWC]),
+        case("max_pool_grad_1d", _max_pool_grad(_pool_1d), [(8,)]),
+        case("max_pool_grad_edges", _max_pool_grad(_pool_1d), [EDGES]),
+    ],
+)(select_and_scatter_add)
+
+family.lowering(
+    lax.select_and_gather_add_p,
+    cases=[
+        case("max_pool_jvp", _jvp(max_pool), [NHWC, NHWC]),
+        case("min_pool_jvp", _jvp(min_pool), [NHWC, NHWC]),
+        case(
+            "jvp_ties",
+            _jvp(lambda y: max_pool(y, strides=(1,) * 4)),
+            [TIES[None, :, :, None], TIES[None, :, :, None] + 10.0],
+        ),
+        case("jvp_edges", _jvp(_pool_1d), [EDGES, np.arange(10.0)]),
+        case(
+            "jvp_dilated",
+            _jvp(
+                generic_window(
+                    -jnp.inf,
+                    lax.max,
+                    (2, 2),
+                    (1, 2),
+                    [(1, 0), (0, 2)],
+                    base_dilation=(2, 1),
+                    window_dilation=(1, 2),
+                )
+            ),
+            [(4, 6), (4, 6)],
+        ),
+    ],
+)(select_and_gather_add)
+
+
+register = family.register
