@@ -16,7 +16,7 @@ from hatchling.metadata.plugin.interface import MetadataHookInterface
 CORE = ["core", "lax", "nn"]
 EXTRAS = {"flax": ["flax"], "equinox": ["equinox"], "test": ["testkit"]}
 THIRD_PARTY = {
-    "test": ["onnxruntime>=1.20", "pytest>=8", "pytest-xdist>=3.5"],
+    "test": ["onnxruntime>=1.20", "pytest>=8", "pytest-xdist>=3.5", "hypothesis>=6.100"],
     "docs": ["mkdocs>=1.6"],
 }
 

@@ -33,6 +33,10 @@ import time
 from typing import Any
 
 MODELS = ("mlp", "cnn", "gpt2", "vit")
+# Large models, run when named with --models: a >2 GiB float32 MLP (external data)
+# and the same MLP with bfloat16 weights (stored as bfloat16).
+LARGE = ("mlp-2g", "mlp-bf16")
+LARGE_WIDTH, LARGE_DEPTH = 8192, 9  # 9 x 8192 x 8192 weights: 604M parameters
 GPT2_TOKENS = 128
 
 
@@ -76,7 +80,26 @@ def build(name: str, small: bool) -> tuple[Any, list[Any], Any]:
             [("B", *shape)],
             lambda b: [rng.standard_normal((b, *shape)).astype(np.float32)],
         )
-    raise SystemExit(f"unknown model {name!r}; choose from {', '.join(MODELS)}")
+    if name in LARGE:
+        import jax.numpy as jnp
+        from flax import nnx
+
+        dtype = jnp.bfloat16 if name == "mlp-bf16" else jnp.float32
+        rngs = nnx.Rngs(0)
+        layers = []
+        for i in range(LARGE_DEPTH):
+            layers.append(
+                nnx.Linear(LARGE_WIDTH, LARGE_WIDTH, param_dtype=dtype, use_bias=True, rngs=rngs)
+            )
+            if i < LARGE_DEPTH - 1:
+                layers.append(nnx.relu)
+        return (
+            nnx.Sequential(*layers),
+            [("B", LARGE_WIDTH)],
+            lambda b: [rng.standard_normal((b, LARGE_WIDTH)).astype(np.float32)],
+        )
+    known = ", ".join((*MODELS, *LARGE))
+    raise SystemExit(f"unknown model {name!r}; choose from {known}")
 
 
 def _rss() -> int:
@@ -124,7 +147,12 @@ def _floor(fn: Any, specs: list[Any], weights: list[Any], directory: str) -> flo
             )
         )
     graph = ir.Graph([], [], nodes=[], initializers=values, opset_imports={"": 23})
-    ir.save(ir.Model(graph, ir_version=10), os.path.join(directory, "floor.onnx"))
+    model = ir.Model(graph, ir_version=10)
+    path = os.path.join(directory, "floor.onnx")
+    if sum(np.asarray(w).nbytes for w in weights) > 2**31 - 2**20:  # protobuf's limit
+        ir.save(model, path, external_data="floor.onnx.data")
+    else:
+        ir.save(model, path)
     return time.perf_counter() - start
 
 
@@ -185,8 +213,10 @@ def measure(name: str, small: bool, runs: int) -> dict[str, Any]:
         for leaf in jax.tree_util.tree_leaves(nnx.state(module, nnx.Param, nnx.BatchStat))
         if hasattr(leaf, "nbytes")
     ]
+    jax.block_until_ready(weights)  # initialisation is asynchronous: finish it before measuring
     param_bytes = int(sum(w.nbytes for w in weights))
-    result: dict[str, Any] = {"model": name, "params": param_bytes // 4, "param_bytes": param_bytes}
+    params = int(sum(w.size for w in weights))
+    result: dict[str, Any] = {"model": name, "params": params, "param_bytes": param_bytes}
     result["import_jax_s"] = t_jax
     result["import_jax2onnx_s"] = t_import
 
@@ -209,6 +239,16 @@ def measure(name: str, small: bool, runs: int) -> dict[str, Any]:
         result["floor_s"] = _floor(traced, specs, weights, tmp)
 
         model = onnx.load(path, load_external_data=False)
+        result["file_bytes"] = sum(
+            os.path.getsize(os.path.join(tmp, f)) for f in os.listdir(tmp) if f.startswith(name)
+        )
+        result["external_data"] = os.path.exists(path + ".data")
+        result["weight_dtypes"] = dict(
+            collections.Counter(
+                onnx.helper.tensor_dtype_to_np_dtype(i.data_type).name
+                for i in model.graph.initializer
+            )
+        )
         ops = collections.Counter(n.op_type for n in model.graph.node)
         result["nodes"] = sum(ops.values())
         result["functions"] = len(model.functions)

@@ -171,3 +171,18 @@ def test_an_interrupted_conversion_restores_every_attribute(error):
         jax2onnx.to_onnx(breaks, [(3,)])
     after = _intercepted_attributes()
     assert all(after[t] is v for t, v in originals.items())
+
+
+def test_jax_caches_keep_converter_and_user_traces_apart():
+    x = np.ones((3,), np.float32)
+    converted_first = jax.jit(lambda v: jax.nn.gelu(v) * 2.0)
+    assert [n.op_type for n in jax2onnx.to_onnx(converted_first, [(3,)]).graph.node] == [
+        "Gelu",
+        "Mul",
+    ]
+    assert "nn.gelu" not in _plain_primitives(converted_first, x)  # the user's trace is JAX's
+
+    traced_first = jax.jit(lambda v: jax.nn.gelu(v) * 2.0)
+    assert "nn.gelu" not in _plain_primitives(traced_first, x)
+    model = jax2onnx.to_onnx(traced_first, [(3,)])  # not the user's cached trace
+    assert [n.op_type for n in model.graph.node] == ["Gelu", "Mul"]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import os
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
@@ -30,6 +30,10 @@ def _plugins() -> Any:
 def _extra(extra_rules: Sequence[Rules] | Rules | None) -> list[Rules]:
     if isinstance(extra_rules, Rules):
         extra_rules = [extra_rules]
+    if extra_rules is not None and not isinstance(extra_rules, Iterable):
+        raise TypeError(
+            f"extra_rules must be a jax2onnx.plugin.Rules or a list of them, got {extra_rules!r}"
+        )
     extra = list(extra_rules or ())
     for item in extra:
         if not isinstance(item, Rules):
@@ -59,10 +63,8 @@ def convert(
     seconds each step took and the ONNX op types each primitive's rule
     emitted (what ``jax2onnx coverage`` and the testkit read).
     """
-    from jax2onnx import converter
+    from jax2onnx import converter, specs
 
-    if not isinstance(model_name, str) or not model_name:
-        raise TypeError(f"model_name must be a non-empty string, got {model_name!r}")
     extra = _extra(extra_rules)
     start = time.perf_counter()
     plugin_set = _plugins()
@@ -78,6 +80,8 @@ def convert(
         outputs_as_nchw=outputs_as_nchw,
         record_primitive_calls_file=record_primitive_calls_file,
     )
+    specs.check_inputs(inputs)
+    specs.check_call(fn, len(inputs), list(input_params or ()))
     return converter.convert(
         fn,
         inputs,
@@ -113,7 +117,8 @@ def to_onnx(
         inputs: one entry per positional input: a shape tuple of ints and
             strings (``("B", 30)``; a string is a symbolic dimension and the
             same string in two inputs is the same dimension), an array, or a
-            ``jax.ShapeDtypeStruct``.
+            ``jax.ShapeDtypeStruct`` (bool, integer, float or complex), or a
+            pytree (dict, tuple, dataclass) of those.
         input_params: keyword arguments of ``fn`` that become scalar graph
             inputs named after their keys.
         model_name: the ONNX graph's name.
@@ -135,14 +140,36 @@ def to_onnx(
 
     Returns:
         The model in the form ``return_mode`` asks for (the path for ``"file"``).
+
+    Raises:
+        TypeError: an argument of the wrong type, e.g. a shape entry that is
+            not an int or a string, an array of strings or objects, an
+            ``input_params`` value that is not a number, bool or array, a
+            non-callable ``fn``, a non-string ``return_mode``. The message
+            names the argument (``inputs[1], axis 0``, ``input_params['scale']``,
+            ``opset``, ``output_path``, ``input_names[0]`` ...).
+        ValueError: a value out of range or inconsistent with the others: a
+            negative or non-int64 dimension, a malformed symbolic dimension,
+            an opset outside 17..26, an unknown ``return_mode``, ``"file"``
+            without an ``output_path`` (or ``output_path`` without ``"file"``),
+            an ``output_path`` that is a directory, more ``inputs`` than ``fn``
+            takes, an ``input_params`` key ``fn`` has no parameter for, too
+            many or repeated ``input_names``/``output_names``. The message
+            names the argument.
+        jax2onnx.plugin.Jax2OnnxError: the conversion itself failed:
+            ``UnsupportedPrimitiveError`` (no lowering for a primitive),
+            ``LoweringError`` (a lowering rule failed) and the other
+            subclasses.
+        Exception: whatever ``fn`` raises while it is traced propagates
+            unchanged (it is the caller's), as do JAX's errors about it (e.g.
+            ``TypeError`` for ``x * y`` on shapes that do not broadcast) and
+            ``OSError`` from writing the file. A failed call leaves no file
+            at ``output_path`` (nor ``output_path + ".data"``).
     """
     from jax2onnx import serialize
+    from jax2onnx.converter import step
 
-    mode = return_mode.lower().strip() if isinstance(return_mode, str) else return_mode
-    if mode not in _RETURN_MODES:
-        raise ValueError(f"return_mode must be one of {list(_RETURN_MODES)}, got {return_mode!r}")
-    if mode == "file" and output_path is None:
-        raise ValueError("return_mode='file' needs output_path, the file to write")
+    mode = _check_output(return_mode, output_path, external_data)
     result = convert(
         fn,
         inputs,
@@ -157,18 +184,58 @@ def to_onnx(
         output_names=output_names,
         extra_rules=extra_rules,
     )
-    start = time.perf_counter()
-    if mode == "ir":
-        output = result.model
-    elif mode == "file":
-        output = serialize.save(result.model, output_path, external_data=external_data)
-    else:
-        output = serialize.to_proto(result.model)
+    timings = dict(result.report.timings)
+    with step("serialize", timings):
+        if mode == "ir":
+            output = result.model
+        elif mode == "file":
+            output = serialize.save(result.model, output_path, external_data=external_data)
+        else:
+            output = serialize.to_proto(result.model)
     if logger.isEnabledFor(logging.DEBUG):
-        timings = {**result.report.timings, "serialize": time.perf_counter() - start}
         steps = ", ".join(f"{step} {seconds:.3f} s" for step, seconds in timings.items())
         logger.debug("converted %r: %s", model_name, steps, extra={"jax2onnx_timings": timings})
     return output
+
+
+def _check_output(return_mode: Any, output_path: Any, external_data: Any) -> str:
+    """The normalised ``return_mode``, after checking it against the output arguments."""
+    if not isinstance(return_mode, str):
+        raise TypeError(
+            f"return_mode must be a string, one of {list(_RETURN_MODES)}, got {return_mode!r}"
+        )
+    mode = return_mode.lower().strip()
+    if mode not in _RETURN_MODES:
+        raise ValueError(f"return_mode must be one of {list(_RETURN_MODES)}, got {return_mode!r}")
+    if external_data is not None and not isinstance(external_data, (bool, np.bool_)):
+        raise TypeError(f"external_data must be True, False or None, got {external_data!r}")
+    if mode != "file":
+        return mode  # output_path and external_data are ignored, as jax2onnx 0.17 does
+    if output_path is None:
+        raise ValueError("return_mode='file' needs output_path, the file to write")
+    _check_output_path(output_path)
+    return mode
+
+
+def _check_output_path(output_path: Any) -> None:
+    """``output_path`` names a file that can be created (its directories may be missing)."""
+    try:
+        path = os.fspath(output_path)
+    except TypeError:
+        raise TypeError(
+            f"output_path must be a str or os.PathLike, got {type(output_path).__name__}"
+        ) from None
+    if not isinstance(path, str):
+        raise TypeError(f"output_path must be a str path, got {type(path).__name__} {path!r}")
+    if not path or "\0" in path:
+        raise ValueError(f"output_path {output_path!r} is not a file path")
+    if path.endswith(("/", os.sep)) or os.path.isdir(path):
+        raise ValueError(f"output_path {path!r} is a directory; give the file to write")
+    parent = os.path.dirname(os.path.abspath(path))
+    while not os.path.lexists(parent) and os.path.dirname(parent) != parent:
+        parent = os.path.dirname(parent)
+    if not os.path.isdir(parent):
+        raise ValueError(f"output_path {path!r}: {parent!r} exists and is not a directory")
 
 
 def traced_callable(

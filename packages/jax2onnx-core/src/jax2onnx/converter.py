@@ -18,13 +18,15 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import numbers
 import os
 import time
 import types
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 import jax
+import numpy as np
 
 from jax2onnx import layout, lowering, passes, prepare, specs, tracing
 from jax2onnx._ir import ir
@@ -40,11 +42,40 @@ def ir_version_for(opset: int) -> int:
 
 
 def check_opset(opset: Any) -> int:
-    if isinstance(opset, bool) or not isinstance(opset, int):
-        raise TypeError(f"opset must be an int, got {opset!r}")
+    """``opset`` as an int in ``MIN_OPSET..MAX_OPSET``; TypeError/ValueError naming it otherwise."""
+    if isinstance(opset, (bool, np.bool_)) or not isinstance(opset, numbers.Integral):
+        raise TypeError(f"opset must be an int, got {opset!r} ({type(opset).__name__})")
+    opset = int(opset)
     if not MIN_OPSET <= opset <= MAX_OPSET:
         raise ValueError(f"opset {opset} is not supported; choose {MIN_OPSET}..{MAX_OPSET}")
     return opset
+
+
+def _check_positions(argument: str, value: Any) -> tuple[Any, ...] | None:
+    if value is None:
+        return None
+    if isinstance(value, (str, bytes, Mapping)) or not isinstance(value, Iterable):
+        raise TypeError(
+            f"{argument} must be a list of graph {argument.split('_')[0]} (positions or names), "
+            f"got {type(value).__name__} {value!r}"
+        )
+    return tuple(value)
+
+
+def _check_record_file(path: Any) -> Any:
+    if path is None:
+        return None
+    try:
+        text = os.fspath(path)
+    except TypeError:
+        raise TypeError(
+            f"record_primitive_calls_file must be a str or os.PathLike, got {type(path).__name__}"
+        ) from None
+    if not text or "\0" in os.fsdecode(text):
+        raise ValueError(f"record_primitive_calls_file {path!r} is not a file path")
+    if os.path.isdir(text):
+        raise ValueError(f"record_primitive_calls_file {path!r} is a directory; give a file")
+    return path
 
 
 @dataclasses.dataclass(frozen=True)
@@ -60,6 +91,28 @@ class Options:
     inputs_as_nchw: Sequence[int | str] | None = None
     outputs_as_nchw: Sequence[int | str] | None = None
     record_primitive_calls_file: str | os.PathLike[str] | None = None
+
+    def __post_init__(self) -> None:
+        """Check every setting; errors are TypeError/ValueError naming the argument."""
+        if not isinstance(self.model_name, str) or not self.model_name:
+            raise TypeError(f"model_name must be a non-empty string, got {self.model_name!r}")
+        double = self.enable_double_precision
+        if not isinstance(double, (bool, np.bool_)):
+            raise TypeError(f"enable_double_precision must be a bool, got {double!r}")
+        specs.check_params(self.input_params)
+        checked = {
+            "opset": check_opset(self.opset),
+            "enable_double_precision": bool(double),
+            "input_names": specs.check_names("input_names", self.input_names),
+            "output_names": specs.check_names("output_names", self.output_names),
+            "inputs_as_nchw": _check_positions("inputs_as_nchw", self.inputs_as_nchw),
+            "outputs_as_nchw": _check_positions("outputs_as_nchw", self.outputs_as_nchw),
+            "record_primitive_calls_file": _check_record_file(self.record_primitive_calls_file),
+        }
+        for name, value in checked.items():
+            if value is not None and name.endswith("_names"):
+                value = tuple(value)
+            object.__setattr__(self, name, value)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -85,15 +138,21 @@ class ConversionResult:
     report: ConversionReport
 
 
-class _Clock:
-    def __init__(self, timings: dict[str, float]) -> None:
-        self.timings = timings
-        self.last = time.perf_counter()
+@contextlib.contextmanager
+def step(name: str, timings: dict[str, float]) -> Iterator[None]:
+    """Time one step; an exception leaving it gets a note naming the step.
 
-    def lap(self, step: str) -> None:
-        now = time.perf_counter()
-        self.timings[step] = now - self.last
-        self.last = now
+    The exception itself (type and message) is unchanged: the user's own
+    errors stay theirs, and ``except`` clauses keep working.
+    """
+    start = time.perf_counter()
+    try:
+        yield
+    except Exception as err:
+        err.add_note(f"(raised in jax2onnx's '{name}' step)")
+        raise
+    finally:
+        timings[name] = time.perf_counter() - start
 
 
 def convert(
@@ -107,46 +166,47 @@ def convert(
 ) -> ConversionResult:
     """Run the steps from the user's inputs to the optimised model."""
     report_times = dict(timings)
-    clock = _Clock(report_times)
     opset = check_opset(options.opset)
     double = options.enable_double_precision
     x64 = jax.enable_x64(True) if double else contextlib.nullcontext()
     with x64:
-        config = prepare.PrepareConfig(
-            input_params=options.input_params if isinstance(options.input_params, Mapping) else {},
-            opset=opset,
-            enable_double_precision=double,
-        )
-        target, _ = prepare.prepare(fn, plugin_set, config)
-        clock.lap("prepare")
-        input_specs = specs.normalize_inputs(
-            inputs,
-            options.input_params,
-            double=double,
-            input_names=options.input_names,
-            arg_names=specs.positional_names(target),
-        )
-        closed, out_shapes = tracing.trace(target, input_specs, registry, plugin_set)
-        if options.record_primitive_calls_file is not None:
-            tracing.record_calls(closed, options.record_primitive_calls_file)
-        clock.lap("trace")
-        in_names = [*input_specs.names, *(k for k, _ in input_specs.params)]
-        out_names = specs.output_names(out_shapes, options.output_names, in_names)
-        model, emitted = lowering.lower(
-            closed,
-            list(zip(in_names, input_specs.all_specs)),
-            out_names,
-            registry=registry,
-            plugin_set=plugin_set,
-            opset=opset,
-            model_name=options.model_name,
-            ir_version=ir_version_for(opset),
-            producer_version=_version(),
-        )
-    layout.adapt_nchw(model, options.inputs_as_nchw, options.outputs_as_nchw)
-    clock.lap("lower")
-    passes.optimize(model)
-    clock.lap("passes")
+        with step("prepare", report_times):
+            config = prepare.PrepareConfig(
+                input_params=(
+                    options.input_params if isinstance(options.input_params, Mapping) else {}
+                ),
+                opset=opset,
+                enable_double_precision=double,
+            )
+            target, _ = prepare.prepare(fn, plugin_set, config)
+        with step("trace", report_times):
+            input_specs = specs.normalize_inputs(
+                inputs,
+                options.input_params,
+                double=double,
+                input_names=options.input_names,
+                arg_names=specs.positional_names(target),
+            )
+            closed, out_shapes = tracing.trace(target, input_specs, registry, plugin_set)
+            if options.record_primitive_calls_file is not None:
+                tracing.record_calls(closed, options.record_primitive_calls_file)
+        with step("lower", report_times):
+            in_names = [*input_specs.names, *(k for k, _ in input_specs.params)]
+            out_names = specs.output_names(out_shapes, options.output_names, in_names)
+            model, emitted = lowering.lower(
+                closed,
+                list(zip(in_names, input_specs.all_specs)),
+                out_names,
+                registry=registry,
+                plugin_set=plugin_set,
+                opset=opset,
+                model_name=options.model_name,
+                ir_version=ir_version_for(opset),
+                producer_version=_version(),
+            )
+            layout.adapt_nchw(model, options.inputs_as_nchw, options.outputs_as_nchw)
+    with step("passes", report_times):
+        passes.optimize(model)
     report = ConversionReport(
         types.MappingProxyType(report_times),
         types.MappingProxyType({k: frozenset(v) for k, v in emitted.items()}),

@@ -381,8 +381,8 @@ def _as_list(result: Any, count: int, name: str, lowering: Any) -> list[ir.Value
     outs = list(result) if isinstance(result, (list, tuple)) else [result]
     if len(outs) != count or not all(isinstance(v, ir.Value) for v in outs):
         raise LoweringError(
-            f"lowering of {name!r} ({lowering.where}) returned {result!r}; expected "
-            f"{count} onnx_ir value(s), one per output of the primitive"
+            f"lowering of {name!r} ({lowering.where}, plugin {lowering.plugin!r}) returned "
+            f"{result!r}; expected {count} onnx_ir value(s), one per output of the primitive"
         )
     return outs
 

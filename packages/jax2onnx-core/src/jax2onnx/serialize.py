@@ -1,6 +1,7 @@
 """Step 6: hand the model over as an ``onnx.ModelProto``, an ``onnx_ir.Model`` or a file.
 
-Files are written atomically (a temporary file renamed into place). A file
+Files are written atomically (staged in a temporary directory, then renamed
+into place). A file
 is written without copying the weights: the model is serialised without its
 large initializers, then each one is appended as a further ``graph`` record
 holding one ``initializer`` whose ``raw_data`` is written straight from the
@@ -13,6 +14,7 @@ as external data next to the model file instead.
 from __future__ import annotations
 
 import os
+import shutil
 import tempfile
 from typing import IO, Any
 
@@ -39,27 +41,31 @@ def to_proto(model: ir.Model) -> Any:
 def save(
     model: ir.Model, path: str | os.PathLike[str], *, external_data: bool | None = None
 ) -> str:
-    """Write ``model`` to ``path`` atomically; returns the path."""
+    """Write ``model`` to ``path`` atomically; returns the path.
+
+    Everything is written into a temporary directory next to ``path`` first;
+    only a complete write is moved into place (the data file, then the
+    model), so a failure (disk full, no permission, an interrupt) leaves no
+    partial file and the previous model at ``path`` as it was.
+    """
     path = os.fspath(path)
     directory = os.path.dirname(os.path.abspath(path))
     os.makedirs(directory, exist_ok=True)
     if external_data is None:
         external_data = weight_bytes(model) > PROTOBUF_LIMIT
-    fd, tmp = tempfile.mkstemp(prefix=".jax2onnx-", suffix=".onnx", dir=directory)
-    os.close(fd)
+    name = os.path.basename(path)
+    staging = tempfile.mkdtemp(prefix=".jax2onnx-", dir=directory)
     try:
+        staged = os.path.join(staging, name)
         if external_data:
-            data_name = os.path.basename(path) + ".data"
-            ir.save(model, tmp, external_data=data_name)
-            # the data file was written next to tmp under its final name
+            ir.save(model, staged, external_data=f"{name}.data")  # written beside `staged`
+            os.replace(f"{staged}.data", f"{path}.data")
         else:
-            with open(tmp, "wb") as out:
+            with open(staged, "wb") as out:
                 write_streaming(model, out)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+        os.replace(staged, path)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
     return path
 
 

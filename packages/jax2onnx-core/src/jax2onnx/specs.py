@@ -10,7 +10,8 @@ input per leaf, named after its key path (``obs.joint_pos``).
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping, Sequence
+import inspect
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import jax
@@ -50,10 +51,19 @@ class InputSpecs:
         return args, dict(zip((k for k, _ in self.params), flat[i:]))
 
 
+MAX_DIM = 2**63 - 1  # ONNX dimensions are int64
+
+
 def _is_shape(x: Any) -> bool:
-    """A flat tuple/list (of dims, or of bad entries that ``_shape_of`` reports)."""
+    """A flat tuple/list (of dims, or of bad entries that ``_shape_of`` reports).
+
+    NumPy integer scalars are dimensions (``(np.int64(2), 3)`` is a shape),
+    although they have a ``shape`` like the array leaves of a pytree.
+    """
     return isinstance(x, (tuple, list)) and not any(
-        isinstance(d, (tuple, list, dict)) or hasattr(d, "shape") for d in x
+        isinstance(d, (tuple, list, dict))
+        or (hasattr(d, "shape") and not isinstance(d, np.integer))
+        for d in x
     )
 
 
@@ -77,10 +87,38 @@ def _float_dtype(double: bool) -> np.dtype:
     return np.dtype(np.float64 if double else np.float32)
 
 
-def _canonical(dtype: Any, double: bool) -> np.dtype:
-    if is_extended(dtype):
+def supported_dtype(dtype: Any, where: str) -> np.dtype:
+    """``dtype`` as a native-order NumPy dtype that JAX traces and ONNX stores, or a TypeError."""
+    if dtype is None:
+        raise TypeError(f"{where}: dtype None is not a dtype; give e.g. 'float32'")
+    try:
+        result = np.dtype(dtype)
+    except Exception as err:
+        raise TypeError(f"{where}: dtype {dtype!r} is not a NumPy dtype ({err})") from None
+    if result.byteorder not in "=|":
+        result = result.newbyteorder("=")
+    if result.kind in "OUSMm" or result.fields is not None or result.subdtype is not None:
+        raise TypeError(
+            f"{where}: dtype {result} is not supported; JAX and ONNX take bool, integer, "
+            "float and complex arrays"
+        )
+    from jax2onnx.dtypes import onnx_dtype
+
+    try:
+        onnx_dtype(result)
+    except TypeError:
+        raise TypeError(f"{where}: dtype {result} has no ONNX equivalent") from None
+    return result
+
+
+def _canonical(dtype: Any, double: bool, where: str = "input") -> np.dtype:
+    try:
+        extended = is_extended(dtype)
+    except Exception:  # not a dtype at all: supported_dtype says so, naming the input
+        extended = False
+    if extended:
         return dtype  # a key array input (key<fry>): the graph input carries its key data
-    dtype = np.dtype(dtype)
+    dtype = supported_dtype(dtype, where)
     if double:
         return dtype
     narrow = {
@@ -92,35 +130,82 @@ def _canonical(dtype: Any, double: bool) -> np.dtype:
     return np.dtype(narrow.get(dtype, dtype))
 
 
-def _symbolic(dim: str, where: str, scope: Any) -> Any:
+class _Scope:
+    """The one ``jax.export.SymbolicScope`` of a conversion's symbolic dimensions.
+
+    It is the scope of the first ``jax.ShapeDtypeStruct`` with symbolic
+    dimensions (so its constraints hold), else a new one. A symbolic
+    dimension of another, unconstrained scope is re-read into it by name
+    (``B`` is ``B`` in every input); one of a constrained scope is refused.
+    """
+
+    def __init__(self) -> None:
+        self.scope: Any = None
+
+    def get(self) -> Any:
+        if self.scope is None:
+            from jax import export
+
+            self.scope = export.SymbolicScope()
+        return self.scope
+
+    def adopt(self, dim: Any, where: str) -> Any:
+        scope = getattr(dim, "scope", None)
+        if scope is None or scope is self.scope:
+            return dim
+        if self.scope is None:
+            self.scope = scope
+            return dim
+        if getattr(scope, "_explicit_constraints", None):
+            raise ValueError(
+                f"{where}: symbolic dimension {dim} belongs to another "
+                "jax.export.SymbolicScope (with constraints) than the other inputs' dimensions; "
+                "create every symbolic shape with one scope, or give the dimensions as strings"
+            )
+        return _symbolic(str(dim), where, self)
+
+
+def _symbolic(dim: str, where: str, scope: _Scope) -> Any:
     from jax import export
 
     text = dim.strip()
     if not text:
         raise ValueError(f"{where}: empty string is not a dimension name")
     try:
-        (result,) = export.symbolic_shape(text, scope=scope)
+        (result,) = export.symbolic_shape(text, scope=scope.get())
     except Exception as err:
         raise ValueError(
             f"{where}: {dim!r} is not a valid symbolic dimension ({err}). Use a name such "
             "as 'B' or an expression of names such as '2*B'."
         ) from err
+    if isinstance(result, (int, np.integer)):  # a constant such as "3" or "-1"
+        return _int_dim(result, where)
     return result
 
 
-def _shape_of(spec: Sequence[Any], where: str, scope: Any) -> tuple[Any, ...]:
+def _int_dim(dim: Any, where: str) -> int:
+    if dim < 0:
+        raise ValueError(f"{where}: dimension {dim} is negative")
+    if dim > MAX_DIM:
+        raise ValueError(f"{where}: dimension {dim} does not fit ONNX's int64 dimensions")
+    return int(dim)
+
+
+def _shape_of(spec: Any, where: str, scope: _Scope) -> tuple[Any, ...]:
+    if isinstance(spec, (str, bytes)) or not isinstance(spec, Iterable):
+        raise TypeError(
+            f"{where}: shape {spec!r} ({type(spec).__name__}) is not a sequence of dimensions"
+        )
     dims = []
     for axis, dim in enumerate(spec):
         if isinstance(dim, (bool, np.bool_)):
             raise TypeError(f"{where}, axis {axis}: {dim!r} is not a dimension")
         if isinstance(dim, (int, np.integer)):
-            if dim < 0:
-                raise ValueError(f"{where}, axis {axis}: dimension {dim} is negative")
-            dims.append(int(dim))
+            dims.append(_int_dim(dim, f"{where}, axis {axis}"))
         elif isinstance(dim, str):
             dims.append(_symbolic(dim, f"{where}, axis {axis}", scope))
         elif hasattr(dim, "_get_vars"):
-            dims.append(dim)
+            dims.append(scope.adopt(dim, f"{where}, axis {axis}"))
         else:
             raise TypeError(
                 f"{where}, axis {axis}: {dim!r} ({type(dim).__name__}) is not a dimension; "
@@ -129,15 +214,15 @@ def _shape_of(spec: Sequence[Any], where: str, scope: Any) -> tuple[Any, ...]:
     return tuple(dims)
 
 
-def _leaf(item: Any, where: str, scope: Any, double: bool) -> jax.ShapeDtypeStruct:
+def _leaf(item: Any, where: str, scope: _Scope, double: bool) -> jax.ShapeDtypeStruct:
     if isinstance(item, jax.ShapeDtypeStruct):
         shape = _shape_of(item.shape, where, scope)
-        return jax.ShapeDtypeStruct(shape, _canonical(item.dtype, double))
+        return jax.ShapeDtypeStruct(shape, _canonical(item.dtype, double, where))
     if isinstance(item, (tuple, list)):
         return jax.ShapeDtypeStruct(_shape_of(item, where, scope), _float_dtype(double))
     if hasattr(item, "shape") and hasattr(item, "dtype"):
-        shape = _shape_of(tuple(item.shape), where, scope)
-        return jax.ShapeDtypeStruct(shape, _canonical(item.dtype, double))
+        shape = _shape_of(item.shape, where, scope)
+        return jax.ShapeDtypeStruct(shape, _canonical(item.dtype, double, where))
     raise TypeError(
         f"{where} is {type(item).__name__}; expected a shape tuple such as ('B', 30), "
         "an array, a jax.ShapeDtypeStruct, or a pytree (dict, tuple, dataclass) of those"
@@ -153,21 +238,11 @@ def normalize_inputs(
     arg_names: Sequence[str] = (),
 ) -> InputSpecs:
     """Check and normalise ``inputs``/``input_params``; errors name the bad entry."""
-    from jax import export
-
-    if isinstance(inputs, (str, bytes)) or not isinstance(inputs, Sequence):
-        raise TypeError(
-            "inputs must be a list with one entry per positional argument (a shape tuple "
-            f"such as ('B', 30), an array, or a jax.ShapeDtypeStruct), got {type(inputs).__name__}"
-        )
-    if input_names is not None:
-        input_names = list(input_names)
-        if len(input_names) > len(inputs):
-            raise ValueError(f"input_names has {len(input_names)} names for {len(inputs)} inputs")
-        for i, name in enumerate(input_names):
-            if not isinstance(name, str) or not name:
-                raise TypeError(f"input_names[{i}] must be a non-empty string, got {name!r}")
-    scope = export.SymbolicScope()
+    check_inputs(inputs)
+    input_names = check_names("input_names", input_names)
+    if input_names is not None and len(input_names) > len(inputs):
+        raise ValueError(f"input_names has {len(input_names)} names for {len(inputs)} inputs")
+    scope = _Scope()
     specs, names, trees = [], [], []
     for i, item in enumerate(inputs):
         where = f"inputs[{i}]"
@@ -176,8 +251,11 @@ def normalize_inputs(
             names.append(input_names[i] if input_names and i < len(input_names) else f"in_{i}")
             trees.append(None)
             continue
-        leaves, tree = jax.tree_util.tree_flatten_with_path(item, is_leaf=_is_spec)
-        if not leaves:
+        try:
+            leaves, tree = jax.tree_util.tree_flatten_with_path(item, is_leaf=_is_spec)
+        except Exception as err:  # e.g. a dict whose keys do not sort (1 and "a")
+            raise TypeError(f"{where} is not a pytree JAX can flatten: {err}") from err
+        if not leaves or not leaves[0][0]:
             _leaf(item, where, scope, double)  # raises the TypeError naming the entry
         if input_names and i < len(input_names):
             prefix = input_names[i]
@@ -190,36 +268,137 @@ def normalize_inputs(
         trees.append(tree)
 
     params = []
-    if input_params is not None:
-        if not isinstance(input_params, Mapping):
-            raise TypeError(
-                "input_params must be a mapping of names to values, got "
-                f"{type(input_params).__name__}"
-            )
-        for key, value in input_params.items():
-            if not isinstance(key, str) or not key.isidentifier():
-                raise TypeError(f"input_params key {key!r} must be a Python identifier string")
-            array = np.asarray(value)
-            if array.dtype == object:
-                raise TypeError(f"input_params[{key!r}] = {value!r} is not a number, bool or array")
-            if isinstance(value, bool):
-                dtype = np.dtype(np.bool_)
-            elif isinstance(value, int):
-                dtype = np.dtype(np.int64 if double else np.int32)
-            elif isinstance(value, float):
-                dtype = _float_dtype(double)
-            else:
-                dtype = _canonical(array.dtype, double)
-            params.append((key, jax.ShapeDtypeStruct(array.shape, dtype)))
+    check_params(input_params)
+    for key, value in (input_params or {}).items():
+        params.append((key, _param_spec(key, value, double)))
 
     all_names = names + [k for k, _ in params]
     duplicates = sorted({n for n in all_names if all_names.count(n) > 1})
     if duplicates:
         raise ValueError(
-            f"input_names (with the input_params keys) must give unique graph input names; "
-            f"repeated: {duplicates}"
+            "input_names (with the pytree key paths of inputs and the input_params keys) "
+            f"must give unique graph input names; repeated: {duplicates}"
         )
     return InputSpecs(tuple(specs), tuple(params), tuple(names), tuple(trees))
+
+
+def _param_spec(key: str, value: Any, double: bool) -> jax.ShapeDtypeStruct:
+    where = f"input_params[{key!r}]"
+    if isinstance(value, int) and not isinstance(value, bool) and not -(2**63) <= value < 2**63:
+        raise ValueError(f"{where} = {value} does not fit in int64")
+    try:
+        array = np.asarray(value)
+    except Exception as err:  # ragged nested lists, objects whose __array__ fails ...
+        raise TypeError(f"{where} is not a number, bool or array: {err}") from err
+    if array.dtype == object:
+        raise TypeError(f"{where} = {value!r} is not a number, bool or array")
+    if isinstance(value, bool):
+        dtype = np.dtype(np.bool_)
+    elif isinstance(value, int):
+        dtype = np.dtype(np.int64 if double else np.int32)
+    elif isinstance(value, float):
+        dtype = _float_dtype(double)
+    else:
+        dtype = _canonical(array.dtype, double, where)
+    return jax.ShapeDtypeStruct(array.shape, dtype)
+
+
+def check_inputs(inputs: Any) -> None:
+    """``inputs`` is a sequence with one entry per positional argument."""
+    if isinstance(inputs, (str, bytes)) or not isinstance(inputs, Sequence):
+        hint = ""
+        if isinstance(inputs, (int, np.integer)) or hasattr(inputs, "shape"):
+            hint = "; for one input of a given shape write inputs=[shape]"
+        raise TypeError(
+            "inputs must be a list with one entry per positional argument (a shape tuple "
+            f"such as ('B', 30), an array, or a jax.ShapeDtypeStruct), got "
+            f"{type(inputs).__name__}{hint}"
+        )
+
+
+def check_params(input_params: Any) -> None:
+    """``input_params`` is ``None`` or a mapping keyed by identifier strings."""
+    if input_params is None:
+        return
+    if not isinstance(input_params, Mapping):
+        raise TypeError(
+            f"input_params must be a mapping of names to values, got {type(input_params).__name__}"
+        )
+    for key in input_params:
+        if not isinstance(key, str) or not key.isidentifier():
+            raise TypeError(f"input_params key {key!r} must be a Python identifier string")
+
+
+def check_names(argument: str, names: Any) -> list[str] | None:
+    """``input_names``/``output_names`` as a list of non-empty strings (or ``None``)."""
+    if names is None:
+        return None
+    if isinstance(names, (str, bytes, Mapping)) or not isinstance(names, Iterable):
+        raise TypeError(
+            f"{argument} must be a list of strings (one per graph {argument[:-6]}), "
+            f"got {type(names).__name__}"
+        )
+    names = list(names)
+    for i, name in enumerate(names):
+        if not isinstance(name, str) or not name:
+            raise TypeError(f"{argument}[{i}] must be a non-empty string, got {name!r}")
+    return names
+
+
+def check_call(fn: Any, count: int, keywords: Sequence[str]) -> None:
+    """Raise a ValueError naming ``inputs``/``input_params`` when ``fn`` cannot take them.
+
+    ``count`` positional inputs and the ``keywords`` of ``input_params`` are
+    bound to ``fn``'s signature as written (not the one a decorator copies
+    with ``functools.wraps``); a callable without a signature is not checked.
+    """
+    if isinstance(fn, type) or not callable(fn):
+        return
+    try:
+        signature = inspect.signature(fn, follow_wrapped=False)
+    except Exception:  # builtins, C extensions, objects with a dynamic __call__
+        return
+    kind = inspect.Parameter
+    parameters = list(signature.parameters.values())
+    label = getattr(fn, "__qualname__", None) or getattr(fn, "__name__", None)
+    plain = signature.replace(
+        parameters=[p.replace(annotation=kind.empty) for p in parameters],
+        return_annotation=kind.empty,
+    )
+    shown = f"fn {label if isinstance(label, str) else type(fn).__name__}{plain}"
+    positional = [
+        p for p in parameters if p.kind in (kind.POSITIONAL_ONLY, kind.POSITIONAL_OR_KEYWORD)
+    ]
+    var_positional = any(p.kind is kind.VAR_POSITIONAL for p in parameters)
+    var_keyword = any(p.kind is kind.VAR_KEYWORD for p in parameters)
+    if count > len(positional) and not var_positional:
+        raise ValueError(
+            f"inputs has {count} entries but {shown} takes {len(positional)} positional "
+            "argument(s); give one input per positional argument"
+        )
+    bound = {p.name: i for i, p in enumerate(positional[:count])}
+    by_name = signature.parameters
+    for key in keywords:
+        if key in bound and by_name[key].kind is not kind.POSITIONAL_ONLY:
+            raise ValueError(
+                f"input_params[{key!r}]: {shown} already gets {key!r} from inputs[{bound[key]}]"
+            )
+        keyword_kinds = (kind.POSITIONAL_OR_KEYWORD, kind.KEYWORD_ONLY)
+        if not var_keyword and (key not in by_name or by_name[key].kind not in keyword_kinds):
+            raise ValueError(f"input_params[{key!r}]: {shown} has no keyword parameter {key!r}")
+    missing = [
+        p.name
+        for p in parameters
+        if p.default is kind.empty
+        and p.kind not in (kind.VAR_POSITIONAL, kind.VAR_KEYWORD)
+        and p.name not in bound
+        and not (p.name in keywords and p.kind is not kind.POSITIONAL_ONLY)
+    ]
+    if missing:
+        raise ValueError(
+            f"inputs has {count} entries (and input_params {list(keywords)}), but {shown} "
+            f"also needs {missing}; give one input per positional argument"
+        )
 
 
 def _default_output_names(out_shapes: Any) -> list[str]:
@@ -245,17 +424,17 @@ def output_names(out_shapes: Any, given: Sequence[str] | None, taken: Sequence[s
     """One graph output name per output leaf: ``given`` first, then the defaults."""
     names = _default_output_names(out_shapes)
     count = len(names)
+    given = check_names("output_names", given)
     if given is not None:
-        given = list(given)
         if len(given) > count:
             raise ValueError(f"output_names has {len(given)} names for {count} outputs")
-        for i, name in enumerate(given):
-            if not isinstance(name, str) or not name:
-                raise TypeError(f"output_names[{i}] must be a non-empty string, got {name!r}")
-            names[i] = name
+        names[: len(given)] = given
     clash = sorted((set(names) & set(taken)) | {n for n in names if names.count(n) > 1})
     if clash:
-        raise ValueError(f"output names must be unique and differ from input names: {clash}")
+        raise ValueError(
+            f"output names must be unique and differ from input names: {clash} (the outputs "
+            f"are named {names}, the inputs {list(taken)}; set output_names or input_names)"
+        )
     return names
 
 

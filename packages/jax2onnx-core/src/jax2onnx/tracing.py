@@ -17,6 +17,13 @@ from jax2onnx.functions import exporting
 from jax2onnx.interceptions import interceptions_active
 from jax2onnx.unsupported import check_supported, iter_equations
 
+# A JAX user context keeping our traces apart from the user's in JAX's caches: a
+# ``jax.jit`` function traced while converting holds the interceptions' macro
+# primitives; keyed by the interceptions in force, that cached jaxpr is never handed
+# to the user's own calls (nor theirs to the converter). Made once, at import: JAX
+# asks that user contexts are not created concurrently with other JAX calls.
+_JIT_KEY = jax.make_user_context(default_value=None)
+
 
 def trace(fn: Callable[..., Any], specs: Any, registry: Any, plugin_set: Any) -> tuple[Any, Any]:
     """``make_jaxpr`` of ``fn(*positional, **params)`` over the flat leaves of ``specs``.
@@ -32,8 +39,9 @@ def trace(fn: Callable[..., Any], specs: Any, registry: Any, plugin_set: Any) ->
         return fn(*args, **kwargs)
 
     param_names = [k for k, _ in specs.params]
+    interceptions = registry.interceptions
     try:
-        with interceptions_active(registry.interceptions), exporting():
+        with interceptions_active(interceptions), exporting(), _JIT_KEY(interceptions):
             closed, out_shapes = jax.make_jaxpr(flat, return_shape=True)(*specs.all_specs)
     except jax.errors.ConcretizationTypeError as err:
         if param_names:

@@ -29,8 +29,26 @@ def at_conversion(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
 
 
 def promoted(module: Any, arrays: tuple[Any, ...], **kwargs: Any) -> tuple[Any, ...]:
-    """``module.promote_dtype(arrays, dtype=module.dtype)``, parameters promoted now."""
-    return at_conversion(module.promote_dtype, arrays, dtype=module.dtype, **kwargs)
+    """``module.promote_dtype(arrays, dtype=module.dtype)``, parameters promoted now.
+
+    A parameter that promotion widens (bfloat16 or float16 weights of a module
+    computing in float32) keeps its stored dtype: it is cast inside the graph,
+    so the exported model stores the weights as the module does (and the
+    conversion never holds a widened copy of them).
+    """
+    targets = jax.eval_shape(
+        lambda a: module.promote_dtype(a, dtype=module.dtype, **kwargs), tuple(arrays)
+    )
+    return tuple(_promote(x, t) for x, t in zip(arrays, targets, strict=True))
+
+
+def _promote(x: Any, target: Any) -> Any:
+    if x is None or target is None or x.dtype == target.dtype:
+        return x
+    widens = np.dtype(target.dtype).itemsize > np.dtype(x.dtype).itemsize
+    if isinstance(x, jax.core.Tracer) or widens:
+        return jnp.asarray(x).astype(target.dtype)  # staged: a Cast in the graph
+    return at_conversion(jnp.asarray, x, target.dtype)
 
 
 def x_batched(impl: Callable[..., Any], bind: Callable[..., Any]) -> Callable[..., Any]:

@@ -119,6 +119,18 @@ family.add_cases(
             counts={"Add": 0, "Reshape": 0},
         ),
         case(
+            # bfloat16 weights stay bfloat16 in the file; the graph casts them for the Gemm
+            "linear_bfloat16_params",
+            module_factory(
+                lambda nnx: nnx.Linear(4, 5, param_dtype=jnp.bfloat16, rngs=nnx.Rngs(0))
+            ),
+            [("B", 4)],
+            factory=True,
+            variants=["f32"],
+            expect=["Cast -> Gemm:Bx5"],
+            counts={"Cast": 2},
+        ),
+        case(
             "linear_dtype_float32",
             module_factory(lambda nnx: nnx.Linear(4, 3, dtype=jnp.float32, rngs=nnx.Rngs(0))),
             [("B", 4)],
