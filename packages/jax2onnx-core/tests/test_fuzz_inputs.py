@@ -352,7 +352,7 @@ def _judge(
     if not (isinstance(model_name, str) and model_name):
         bad.add("model_name")
     opset = kwargs.get("opset", 23)
-    if isinstance(opset, bool) or not isinstance(opset, (int, np.integer)) or not 17 <= opset <= 26:
+    if isinstance(opset, bool) or not isinstance(opset, (int, np.integer)) or not 13 <= opset <= 26:
         bad.add("opset")
     mode = kwargs.get("return_mode", "proto")
     mode = mode.strip().lower() if isinstance(mode, str) else mode
@@ -469,8 +469,8 @@ def _fuzz(draw: Any, tmp: str, *, fns: list[Fn], vary: set[str]) -> Call:
         params = {k: draw(values) for k in keys}
         kwargs["input_params"] = draw(st.sampled_from([params] * 9 + [[1.0]]))
     if "opset" in vary and draw(st.booleans()):
-        in_range = st.integers(17, 26)
-        odd = [16, 27, 0, -1, 2**70, True, 23.0, "23", None, np.int64(23), np.int8(17)]
+        in_range = st.integers(13, 26)
+        odd = [12, 27, 0, -1, 2**70, True, 23.0, "23", None, np.int64(23), np.int8(13)]
         kwargs["opset"] = draw(st.one_of(in_range, in_range, st.sampled_from(odd)))
     if "return_mode" in vary and draw(st.booleans()):
         kwargs["return_mode"] = draw(

@@ -17,9 +17,11 @@ from jax2onnx.plugin import (
     LoweringError,
     Rules,
     UnsupportedPrimitiveError,
+    UsageError,
     has_kernel,
     kernel_dtype,
     kernel_dtypes,
+    new_dimension,
 )
 
 
@@ -218,3 +220,101 @@ def test_convert_returns_the_model_and_a_report():
     assert all(t >= 0 for t in result.report.timings.values())
     assert result.report.emitted_ops["dot_general"] == {"MatMul"}
     assert result.report.emitted_ops["nn.relu"] == {"Relu"}
+
+
+# -- new_dimension: data-dependent output sizes ------------------------------------------------
+
+
+def _positives_primitive():
+    prim = jax.extend.core.Primitive("test_api_positives")
+    prim.def_abstract_eval(lambda x, *, size: jax.core.ShapedArray((size,), x.dtype))
+    rules = Rules("dimtest")
+
+    @rules.lowering(prim)
+    def positives(ctx, x, *, size):
+        return ctx.op.Compress(x, ctx.op.Greater(x, 0.0), axis=0)
+
+    return prim, rules
+
+
+positives_p, _positives_rules = _positives_primitive()
+
+
+def _positives(x):
+    """The positive entries of a 1-D ``x``: a size known only at run time."""
+    return positives_p.bind(x, size=new_dimension("picked"))
+
+
+def _dims(model):
+    return [
+        [d.dim_param or d.dim_value for d in o.type.tensor_type.shape.dim]
+        for o in model.graph.output
+    ]
+
+
+def test_new_dimension_outside_a_conversion_is_a_usage_error():
+    with pytest.raises(UsageError, match="outside a conversion"):
+        new_dimension("picked")
+    with pytest.raises(UsageError):
+        _positives(jnp.ones(3))
+
+
+def test_new_dimensions_are_unique_and_skip_the_inputs_names():
+    def fn(x):
+        a, b = _positives(x), _positives(-x)
+        pairs = jnp.concatenate([a, a]).reshape(2, -1)  # 2*picked_1, then (2, picked_1)
+        return a * 2.0, b, pairs, jnp.sum(b)
+
+    model = jax2onnx.to_onnx(fn, [("picked_0",)], extra_rules=_positives_rules)
+    assert _dims(model) == [["picked_1"], ["picked_2"], [2, "picked_1"], []]
+    x = np.array([1.0, -2.0, 3.0, -4.0, -5.0], np.float32)
+    a2, b, pairs, total = _run(model, x)
+    np.testing.assert_array_equal(a2, [2.0, 6.0])
+    np.testing.assert_array_equal(b, [2.0, 4.0, 5.0])
+    np.testing.assert_array_equal(pairs, [[1.0, 3.0], [1.0, 3.0]])
+    assert total == 11.0
+    again = jax2onnx.to_onnx(fn, [("picked_0",)], extra_rules=_positives_rules)
+    assert _dims(again) == _dims(model)  # names count per conversion: deterministic
+
+
+def test_a_new_dimension_inside_a_loop_body_is_computed_there():
+    def fn(xs):
+        def body(carry, x):
+            picked = _positives(x)
+            return carry + jnp.sum(picked.reshape(1, -1)), picked.shape[0] * 1.0
+
+        return jax.lax.scan(body, 0.0, xs)
+
+    model = jax2onnx.to_onnx(fn, [("B", 4)], extra_rules=_positives_rules)
+    xs = np.array([[1.0, -1.0, 2.0, 3.0], [-1.0, -2.0, 0.5, -3.0]], np.float32)
+    total, counts = _run(model, xs)
+    assert total == 6.5
+    np.testing.assert_array_equal(counts, [3.0, 1.0])
+
+
+def test_new_dimension_belongs_to_the_converting_thread():
+    import threading
+
+    tracing, checked = threading.Event(), threading.Event()
+    seen = []
+
+    def fn(x):
+        tracing.set()
+        checked.wait(30)
+        return _positives(x)
+
+    def elsewhere():
+        tracing.wait(30)
+        try:
+            new_dimension("picked")
+        except UsageError:
+            seen.append("UsageError")
+        finally:
+            checked.set()
+
+    other = threading.Thread(target=elsewhere)
+    other.start()
+    model = jax2onnx.to_onnx(fn, [(4,)], extra_rules=_positives_rules)
+    other.join()
+    assert seen == ["UsageError"]
+    assert _dims(model) == [["picked_0"]]

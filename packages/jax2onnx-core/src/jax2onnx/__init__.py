@@ -16,9 +16,10 @@ try:
 except PackageNotFoundError:  # pragma: no cover - running from a source tree
     __version__ = "0.0.0"
 
-from jax2onnx.api import allclose, convert, to_onnx, traced_callable
+from jax2onnx.api import convert, to_onnx, traced_callable
 from jax2onnx.functions import onnx_function
 from jax2onnx.loading import PluginSet
+from jax2onnx.validation import allclose, allclose_onnxruntime_web
 
 
 @functools.cache
@@ -31,6 +32,7 @@ __all__ = [
     "PluginSet",
     "__version__",
     "allclose",
+    "allclose_onnxruntime_web",
     "convert",
     "onnx_function",
     "plugins",

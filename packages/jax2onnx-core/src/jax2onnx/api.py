@@ -1,4 +1,7 @@
-"""The public entry points: ``to_onnx``, ``convert``, ``allclose`` and ``traced_callable``."""
+"""The public entry points: ``to_onnx``, ``convert`` and ``traced_callable``.
+
+``allclose`` and ``allclose_onnxruntime_web`` are in :mod:`jax2onnx.validation`.
+"""
 
 from __future__ import annotations
 
@@ -18,7 +21,10 @@ if TYPE_CHECKING:
 logger = logging.getLogger("jax2onnx")
 
 ReturnMode = Literal["proto", "ir", "file"]
+ExportMode = Literal["standard", "web"]
+NormalizationMode = Literal["auto", "prefer_native", "force_decomposed"]
 _RETURN_MODES = ("proto", "ir", "file")
+_EXPORT_MODES = ("standard", "web")
 
 
 def _plugins() -> Any:
@@ -55,6 +61,7 @@ def convert(
     input_names: Sequence[str] | None = None,
     output_names: Sequence[str] | None = None,
     extra_rules: Sequence[Rules] | Rules | None = None,
+    normalization_mode: NormalizationMode = "auto",
 ) -> ConversionResult:
     """Convert like :func:`to_onnx`, returning the ``onnx_ir.Model`` and a report.
 
@@ -79,6 +86,7 @@ def convert(
         inputs_as_nchw=inputs_as_nchw,
         outputs_as_nchw=outputs_as_nchw,
         record_primitive_calls_file=record_primitive_calls_file,
+        normalization_mode=normalization_mode,
     )
     specs.check_inputs(inputs)
     specs.check_call(fn, len(inputs), list(input_params or ()))
@@ -107,6 +115,8 @@ def to_onnx(
     outputs_as_nchw: Sequence[int | str] | None = None,
     input_names: Sequence[str] | None = None,
     output_names: Sequence[str] | None = None,
+    export_mode: ExportMode = "standard",
+    normalization_mode: NormalizationMode = "auto",
     extra_rules: Sequence[Rules] | Rules | None = None,
     external_data: bool | None = None,
 ) -> Any:
@@ -122,7 +132,7 @@ def to_onnx(
         input_params: keyword arguments of ``fn`` that become scalar graph
             inputs named after their keys.
         model_name: the ONNX graph's name.
-        opset: the ONNX opset to target (17 to 26).
+        opset: the ONNX opset to target (13 to 26).
         enable_double_precision: trace with 64-bit types and keep float64.
         record_primitive_calls_file: write one line per traced primitive.
         return_mode: ``"proto"`` (``onnx.ModelProto``), ``"ir"``
@@ -134,6 +144,19 @@ def to_onnx(
             transposes are merged with neighbouring ones where possible.
         input_names, output_names: names of the graph inputs and outputs, by
             position; the rest default to ``in_<i>`` and ``out_<i>``.
+        export_mode: ``"standard"`` or ``"web"``; with ``"file"``, ``"web"``
+            writes one self-contained file for onnxruntime-web (never external
+            data; a model whose weights exceed protobuf's 2 GiB is refused).
+            ``"proto"`` and ``"ir"`` results are the same in both modes.
+        normalization_mode: how LayerNorm, GroupNorm and RMSNorm layers (and
+            ``jax.nn.standardize``) export: ``"prefer_native"`` emits
+            ``LayerNormalization`` (opset >= 17), ``GroupNormalization``
+            (>= 21) and ``RMSNormalization`` (>= 23) wherever the op can
+            express the layer; ``"force_decomposed"`` always emits the
+            layer's own arithmetic (the graph JAX computes, op for op);
+            ``"auto"`` (default) lets each rule choose the form its cases show
+            matches JAX at their tolerances -- today that is the native op
+            wherever ``"prefer_native"`` uses it (see docs/numerics.md).
         extra_rules: ``Rules`` to add for this call only.
         external_data: with ``"file"``, force weights into an external data
             file (``True``) or inline (``False``); default: only above 2 GiB.
@@ -150,12 +173,14 @@ def to_onnx(
             ``opset``, ``output_path``, ``input_names[0]`` ...).
         ValueError: a value out of range or inconsistent with the others: a
             negative or non-int64 dimension, a malformed symbolic dimension,
-            an opset outside 17..26, an unknown ``return_mode``, ``"file"``
-            without an ``output_path`` (or ``output_path`` without ``"file"``),
-            an ``output_path`` that is a directory, more ``inputs`` than ``fn``
-            takes, an ``input_params`` key ``fn`` has no parameter for, too
-            many or repeated ``input_names``/``output_names``. The message
-            names the argument.
+            an opset outside 13..26, an unknown ``return_mode``,
+            ``export_mode`` or ``normalization_mode``, ``"file"`` without an
+            ``output_path`` (an ``output_path`` without ``"file"`` is ignored,
+            as in jax2onnx 0.17), ``export_mode="web"`` with
+            ``external_data=True``, an ``output_path`` that is a directory,
+            more ``inputs`` than ``fn`` takes, an ``input_params`` key ``fn``
+            has no parameter for, too many or repeated
+            ``input_names``/``output_names``. The message names the argument.
         jax2onnx.plugin.Jax2OnnxError: the conversion itself failed:
             ``UnsupportedPrimitiveError`` (no lowering for a primitive),
             ``LoweringError`` (a lowering rule failed) and the other
@@ -170,6 +195,7 @@ def to_onnx(
     from jax2onnx.converter import step
 
     mode = _check_output(return_mode, output_path, external_data)
+    web = _check_export_mode(export_mode, external_data)
     result = convert(
         fn,
         inputs,
@@ -183,13 +209,18 @@ def to_onnx(
         input_names=input_names,
         output_names=output_names,
         extra_rules=extra_rules,
+        normalization_mode=normalization_mode,
     )
     timings = dict(result.report.timings)
     with step("serialize", timings):
         if mode == "ir":
             output = result.model
         elif mode == "file":
-            output = serialize.save(result.model, output_path, external_data=external_data)
+            if web:
+                serialize.check_single_file(result.model, "export_mode='web'")
+            output = serialize.save(
+                result.model, output_path, external_data=False if web else external_data
+            )
         else:
             output = serialize.to_proto(result.model)
     if logger.isEnabledFor(logging.DEBUG):
@@ -200,13 +231,9 @@ def to_onnx(
 
 def _check_output(return_mode: Any, output_path: Any, external_data: Any) -> str:
     """The normalised ``return_mode``, after checking it against the output arguments."""
-    if not isinstance(return_mode, str):
-        raise TypeError(
-            f"return_mode must be a string, one of {list(_RETURN_MODES)}, got {return_mode!r}"
-        )
-    mode = return_mode.lower().strip()
-    if mode not in _RETURN_MODES:
-        raise ValueError(f"return_mode must be one of {list(_RETURN_MODES)}, got {return_mode!r}")
+    from jax2onnx.converter import check_choice
+
+    mode = check_choice("return_mode", return_mode, _RETURN_MODES)
     if external_data is not None and not isinstance(external_data, (bool, np.bool_)):
         raise TypeError(f"external_data must be True, False or None, got {external_data!r}")
     if mode != "file":
@@ -215,6 +242,19 @@ def _check_output(return_mode: Any, output_path: Any, external_data: Any) -> str
         raise ValueError("return_mode='file' needs output_path, the file to write")
     _check_output_path(output_path)
     return mode
+
+
+def _check_export_mode(export_mode: Any, external_data: Any) -> bool:
+    """True for ``export_mode="web"``, after checking it against ``external_data``."""
+    from jax2onnx.converter import check_choice
+
+    mode = check_choice("export_mode", export_mode, _EXPORT_MODES)
+    if mode == "web" and external_data:
+        raise ValueError(
+            "export_mode='web' writes one self-contained file; it cannot take "
+            "external_data=True (onnxruntime-web would need the .data file fetched separately)"
+        )
+    return mode == "web"
 
 
 def _check_output_path(output_path: Any) -> None:
@@ -247,96 +287,30 @@ def traced_callable(
     ``nnx.Module`` or an ``eqx.Module``) it is the pure function the plugin
     makes, e.g. an inference-mode copy of the module. Compare an exported
     model against this, not against the training-mode module.
+
+    A call that JAX cannot trace because a size depends on the data
+    (``jnp.nonzero(x)``, ``x[mask]``, ``jnp.unique(x)`` inside ``jax.jit``,
+    ``lax.scan`` or ``lax.cond``, which ``to_onnx`` converts with a dynamic
+    dimension) runs again op by op under ``jax.disable_jit()``: JAX's own
+    numbers, computed on the concrete arrays.
     """
+    import functools
+
+    import jax
+
     from jax2onnx.prepare import PrepareConfig
 
     config = PrepareConfig(input_params=dict(input_params or {}), opset=opset)
     prepared = _plugins().prepare(fn, config)
-    return prepared.fn if prepared is not None else fn
+    target = prepared.fn if prepared is not None else fn
+    data_dependent = (jax.errors.ConcretizationTypeError, jax.errors.NonConcreteBooleanIndexError)
 
+    @functools.wraps(target)
+    def call(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return target(*args, **kwargs)
+        except data_dependent:
+            with jax.disable_jit():
+                return target(*args, **kwargs)
 
-def _sample(spec: Any, rng: np.random.Generator) -> np.ndarray:
-    shape = [d if isinstance(d, int) else 2 for d in spec]
-    return rng.standard_normal(shape).astype(np.float32)
-
-
-def allclose(
-    fn: Callable[..., Any],
-    onnx_model_path: str | os.PathLike[str],
-    inputs: Sequence[Any],
-    input_params: Mapping[str, Any] | None = None,
-    rtol: float = 1e-3,
-    atol: float = 1e-5,
-) -> tuple[bool, str]:
-    """Run ``fn`` in JAX and the ONNX model in ONNX Runtime and compare the outputs.
-
-    ``fn`` runs as :func:`traced_callable` sees it (a module in inference mode).
-
-    ``inputs`` are concrete arrays, or shape tuples (random float32 data is
-    drawn; string dims become 2). Returns ``(matches, message)``.
-    """
-    import jax
-    import onnxruntime as ort
-
-    rng = np.random.default_rng(0)
-    is_shape = lambda x: (
-        isinstance(x, (tuple, list))
-        and all(  # noqa: E731
-            isinstance(d, (int, str)) for d in x
-        )
-    )
-    xs = [_sample(x, rng) if is_shape(x) else _concrete(x) for x in inputs]
-    params = dict(input_params or {})
-    session = ort.InferenceSession(os.fspath(onnx_model_path), providers=["CPUExecutionProvider"])
-    names = [i.name for i in session.get_inputs()]
-    feed = dict(zip(names, map(_stored, xs)))
-    for key, value in params.items():
-        if key in names:
-            expected = next(i for i in session.get_inputs() if i.name == key).type
-            dtype = _ort_dtype(expected)
-            feed[key] = np.asarray(value, dtype=dtype)
-    missing = [n for n in names if n not in feed]
-    if missing:
-        return False, f"no value for model input(s) {missing}"
-    got = session.run(None, feed)
-    reference = traced_callable(fn, params)
-    expected = [_stored(x) for x in jax.tree_util.tree_leaves(reference(*xs, **params))]
-    if len(expected) != len(got):
-        return False, f"JAX returned {len(expected)} outputs, ONNX Runtime {len(got)}"
-    for i, (want, have) in enumerate(zip(expected, got)):
-        if want.shape != have.shape:
-            return False, f"output {i}: shape {have.shape} from ONNX, {want.shape} from JAX"
-        if not np.allclose(want, have, rtol=rtol, atol=atol, equal_nan=True):
-            worst = float(np.max(np.abs(want.astype(np.float64) - have.astype(np.float64))))
-            return False, f"output {i}: max abs difference {worst:.3g} (rtol={rtol}, atol={atol})"
-    return True, f"{len(got)} output(s) match (rtol={rtol}, atol={atol})"
-
-
-def _concrete(x: Any) -> Any:
-    """An input as JAX takes it: key arrays stay key arrays, the rest become NumPy."""
-    from jax2onnx.keys import is_extended
-
-    return x if is_extended(getattr(x, "dtype", None)) else np.asarray(x)
-
-
-def _stored(x: Any) -> np.ndarray:
-    """A value as the ONNX model holds it: a key array as its uint32 key data."""
-    from jax2onnx.keys import is_extended
-
-    if is_extended(getattr(x, "dtype", None)):
-        import jax
-
-        return np.asarray(jax.random.key_data(x))
-    return np.asarray(x)
-
-
-def _ort_dtype(ort_type: str) -> Any:
-    table = {
-        "tensor(float)": np.float32,
-        "tensor(double)": np.float64,
-        "tensor(bool)": np.bool_,
-        "tensor(int32)": np.int32,
-        "tensor(int64)": np.int64,
-        "tensor(float16)": np.float16,
-    }
-    return table.get(ort_type)
+    return call

@@ -104,6 +104,17 @@ class LoweringContext:
         return self.scope.conversion.opset
 
     @property
+    def normalization_mode(self) -> str:
+        """``to_onnx``'s ``normalization_mode``: how normalisation layers export.
+
+        ``"force_decomposed"``: the rule inlines the layer's own computation
+        (``ctx.fallback()``); ``"prefer_native"``: the native ONNX op wherever
+        the op can express the computation at the target opset; ``"auto"``:
+        the rule's own choice, the form its cases show matches JAX.
+        """
+        return self.scope.conversion.normalization_mode
+
+    @property
     def avals_in(self) -> list[Any]:
         return [v.aval for v in self.eqn.invars]
 

@@ -31,9 +31,25 @@ import numpy as np
 from jax2onnx import layout, lowering, passes, prepare, specs, tracing
 from jax2onnx._ir import ir
 
-MIN_OPSET = 17
+MIN_OPSET = 13
 MAX_OPSET = 26
-_IR_VERSIONS = {17: 8, 18: 8, 19: 9, 20: 9, 21: 10, 22: 10, 23: 11, 24: 11, 25: 12, 26: 13}
+NORMALIZATION_MODES = ("auto", "prefer_native", "force_decomposed")
+_IR_VERSIONS = {
+    13: 7,
+    14: 7,
+    15: 8,
+    16: 8,
+    17: 8,
+    18: 8,
+    19: 9,
+    20: 9,
+    21: 10,
+    22: 10,
+    23: 11,
+    24: 11,
+    25: 12,
+    26: 13,
+}
 
 
 def ir_version_for(opset: int) -> int:
@@ -46,9 +62,25 @@ def check_opset(opset: Any) -> int:
     if isinstance(opset, (bool, np.bool_)) or not isinstance(opset, numbers.Integral):
         raise TypeError(f"opset must be an int, got {opset!r} ({type(opset).__name__})")
     opset = int(opset)
-    if not MIN_OPSET <= opset <= MAX_OPSET:
+    if opset < MIN_OPSET:
+        raise ValueError(
+            f"opset {opset} is not supported; choose {MIN_OPSET}..{MAX_OPSET}: jax2onnx "
+            f"writes opset {MIN_OPSET} or newer (ONNX 1.8, 2020), which every current runtime "
+            f"reads; pass opset={MIN_OPSET}"
+        )
+    if opset > MAX_OPSET:
         raise ValueError(f"opset {opset} is not supported; choose {MIN_OPSET}..{MAX_OPSET}")
     return opset
+
+
+def check_choice(argument: str, value: Any, options: Sequence[str]) -> str:
+    """``value`` lower-cased and trimmed, one of ``options``; TypeError/ValueError naming it."""
+    if not isinstance(value, str):
+        raise TypeError(f"{argument} must be a string, one of {list(options)}, got {value!r}")
+    normalised = value.strip().lower()
+    if normalised not in options:
+        raise ValueError(f"{argument} must be one of {list(options)}, got {value!r}")
+    return normalised
 
 
 def _check_positions(argument: str, value: Any) -> tuple[Any, ...] | None:
@@ -91,6 +123,7 @@ class Options:
     inputs_as_nchw: Sequence[int | str] | None = None
     outputs_as_nchw: Sequence[int | str] | None = None
     record_primitive_calls_file: str | os.PathLike[str] | None = None
+    normalization_mode: str = "auto"
 
     def __post_init__(self) -> None:
         """Check every setting; errors are TypeError/ValueError naming the argument."""
@@ -108,6 +141,9 @@ class Options:
             "inputs_as_nchw": _check_positions("inputs_as_nchw", self.inputs_as_nchw),
             "outputs_as_nchw": _check_positions("outputs_as_nchw", self.outputs_as_nchw),
             "record_primitive_calls_file": _check_record_file(self.record_primitive_calls_file),
+            "normalization_mode": check_choice(
+                "normalization_mode", self.normalization_mode, NORMALIZATION_MODES
+            ),
         }
         for name, value in checked.items():
             if value is not None and name.endswith("_names"):
@@ -177,6 +213,7 @@ def convert(
                 ),
                 opset=opset,
                 enable_double_precision=double,
+                normalization_mode=options.normalization_mode,
             )
             target, _ = prepare.prepare(fn, plugin_set, config)
         with step("trace", report_times):
@@ -200,6 +237,7 @@ def convert(
                 registry=registry,
                 plugin_set=plugin_set,
                 opset=opset,
+                normalization_mode=options.normalization_mode,
                 model_name=options.model_name,
                 ir_version=ir_version_for(opset),
                 producer_version=_version(),

@@ -16,13 +16,14 @@ import jax
 import numpy as np
 from jax._src import core as jax_core
 
+from jax2onnx import opsets
 from jax2onnx._ir import ir
 from jax2onnx.context import UNKNOWN_SOURCE, LoweringContext, source_line
 from jax2onnx.dims import DimValue, is_symbolic
 from jax2onnx.dtypes import onnx_dtype
 from jax2onnx.errors import Jax2OnnxError, LoweringError
 from jax2onnx.keys import is_extended, on_key_data, physical
-from jax2onnx.registry import Registry
+from jax2onnx.registry import Registry, inline_fallback
 
 _SMALL_CONST = 1024  # constants up to this many elements are shared by value
 
@@ -51,9 +52,16 @@ def ir_shape(shape: Sequence[Any]) -> ir.Shape:
 class Conversion:
     """State shared by every graph of one conversion: the rules, the opset, what was emitted."""
 
-    def __init__(self, registry: Registry, opset: int, plugin_set: Any = None) -> None:
+    def __init__(
+        self,
+        registry: Registry,
+        opset: int,
+        plugin_set: Any = None,
+        normalization_mode: str = "auto",
+    ) -> None:
         self.registry = registry
         self.opset = opset
+        self.normalization_mode = normalization_mode
         self.plugin_set = plugin_set
         self.counter = 0
         self.emitted: dict[str, set[str]] = {}  # primitive name -> ONNX op types its rule emitted
@@ -116,6 +124,11 @@ class GraphScope:
         domain: str = "",
         version: int | None = None,
     ) -> Sequence[ir.Value]:
+        if domain in ("", "ai.onnx") and version is None:
+            present = {k: v for k, v in attributes.items() if v is not None}
+            adapted = opsets.adapt(self, op_type, list(inputs), present, num_outputs)
+            if adapted is not None:
+                return adapted
         attrs = ir.convenience.convert_attributes(
             {k: v for k, v in attributes.items() if v is not None}
         )
@@ -184,44 +197,69 @@ class GraphScope:
         dtype, shape = physical(dtype, shape)  # a key array input carries its key data
         value = ir.Value(name=name, type=ir.TensorType(onnx_dtype(dtype)), shape=ir_shape(shape))
         self.inputs.append(value)
+        self.bind_symbols(value, shape)
+        return value
+
+    def bind_symbols(self, value: ir.Value, shape: Sequence[Any]) -> None:
+        """Make ``value`` the source of each dimension variable of ``shape`` not yet known.
+
+        A graph input carries its dimensions; so does the output of a rule whose
+        size depends on the data (a new dimension such as ``nonzero_0``, which no
+        input has). The source is kept in this scope: a value of a Loop/If body
+        is not visible from the graph around it.
+        """
         for axis, d in enumerate(shape):
             if is_symbolic(d):
                 for var in _plain_var(d):
-                    self.root.symbol_sources.setdefault(var, (value, axis))
-        return value
+                    if self._find_symbol(var) is None:
+                        self.symbol_sources[var] = (value, axis)
 
     def dim(self, d: Any) -> ir.Value:
-        """A dimension as an int64 tensor of shape ``[1]`` (cached per root graph)."""
+        """A dimension as an int64 tensor of shape ``[1]``.
+
+        Computed once, in the innermost graph holding a source of one of its
+        variables (the root graph for the inputs' dimensions), and cached there.
+        """
         if not is_symbolic(d):
             return self.const(np.array([int(d)], dtype=np.int64))
-        root = self.root
+        sources = {}
+        owner = self.root
+        for var in sorted(d._get_vars()):
+            found = self._symbol_scope(var)
+            if found is None:
+                raise LoweringError(
+                    f"symbolic dimension {var!r} (in {d}) does not appear in any input shape "
+                    "nor in an earlier output of this graph; every dimension variable must be "
+                    "the whole size of some input axis"
+                )
+            sources[var] = found.symbol_sources[var]
+            if _depth(found) > _depth(owner):
+                owner = found
         key = str(d)
-        cached = root._dims.get(key)
+        cached = owner._dims.get(key)
         if cached is not None:
             return cached
         env = {}
-        for var in sorted(d._get_vars()):
-            source = root._find_symbol(var)
-            if source is None:
-                raise LoweringError(
-                    f"symbolic dimension {var!r} (in {d}) does not appear in any input shape; "
-                    "every dimension variable must be the whole size of some input axis"
-                )
-            value, axis = source
-            shape = root.add_node("Shape", [value], {"start": axis, "end": axis + 1})[0]
-            env[var] = DimValue(root, shape)
+        for var, (value, axis) in sources.items():
+            shape = owner.add_node("Shape", [value], {"start": axis, "end": axis + 1})[0]
+            env[var] = DimValue(owner, shape)
         result = d._evaluate(env)
         value = result.value if isinstance(result, DimValue) else self.dim(int(result))
-        root._dims[key] = value
+        owner._dims[key] = value
         return value
 
-    def _find_symbol(self, var: str) -> tuple[ir.Value, int] | None:
+    def _symbol_scope(self, var: str) -> GraphScope | None:
+        """The nearest scope (this one, then the enclosing ones) holding a source of ``var``."""
         scope: GraphScope | None = self
         while scope is not None:
             if var in scope.symbol_sources:
-                return scope.symbol_sources[var]
+                return scope
             scope = scope.parent
         return None
+
+    def _find_symbol(self, var: str) -> tuple[ir.Value, int] | None:
+        scope = self._symbol_scope(var)
+        return None if scope is None else scope.symbol_sources[var]
 
     def shape(self, dims: Sequence[Any]) -> ir.Value:
         """A 1-D int64 shape tensor; constant when every dim is static."""
@@ -289,7 +327,7 @@ class GraphScope:
         ctx = LoweringContext(self, eqn, inputs)
         rule = lowering.fn
         if lowering.native_dtypes is not None and not _native(eqn, lowering.native_dtypes):
-            rule = _fall_back
+            rule = inline_fallback
         outer, conversion.current = conversion.current, name
         outer_source = conversion.source
         conversion.source = source_line(eqn, outer_source)
@@ -311,6 +349,7 @@ class GraphScope:
             if isinstance(var, jax_core.DropVar):
                 continue
             stamp(value, var.aval, name, lowering)
+            self.bind_symbols(value, var.aval.shape)
             env[var] = value
 
     def finish_outputs(
@@ -346,10 +385,6 @@ def _native(eqn: Any, dtypes: frozenset[np.dtype]) -> bool:
     return True
 
 
-def _fall_back(ctx: LoweringContext, *inputs: ir.Value, **params: Any) -> Any:
-    return ctx.fallback(*inputs, **params)
-
-
 def _result_dtype(op_type, domain, inputs, attributes) -> ir.DataType | None:
     if domain not in ("", "ai.onnx"):
         return None
@@ -366,6 +401,13 @@ def _result_dtype(op_type, domain, inputs, attributes) -> ir.DataType | None:
     if op_type in _SAME_DTYPE and inputs and inputs[0] is not None:
         return inputs[0].dtype
     return None
+
+
+def _depth(scope: GraphScope) -> int:
+    depth = 0
+    while scope.parent is not None:
+        scope, depth = scope.parent, depth + 1
+    return depth
 
 
 def _plain_var(d: Any) -> list[str]:
@@ -422,13 +464,14 @@ def lower(
     opset: int,
     model_name: str,
     ir_version: int,
+    normalization_mode: str = "auto",
     producer_version: str,
 ) -> tuple[ir.Model, dict[str, set[str]]]:
     """The ONNX model of ``closed``: graph inputs ``(name, spec)``, outputs named ``outputs``.
 
     Returns the model and, per primitive, the ONNX op types its rule emitted.
     """
-    conversion = Conversion(registry, opset, plugin_set)
+    conversion = Conversion(registry, opset, plugin_set, normalization_mode)
     scope = GraphScope(conversion)
     values = [scope.add_input(name, spec.dtype, spec.shape) for name, spec in inputs]
     outs = scope.lower_jaxpr(closed, values)
@@ -444,7 +487,8 @@ def lower(
     )
     model = ir.Model(
         graph,
-        ir_version=ir_version,
+        # model-local functions need IR 8
+        ir_version=max(ir_version, 8) if conversion.functions else ir_version,
         producer_name="jax2onnx",
         producer_version=producer_version,
         functions=list(conversion.functions.values()),

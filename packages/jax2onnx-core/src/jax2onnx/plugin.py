@@ -45,6 +45,7 @@ if TYPE_CHECKING:
     from jax2onnx.context import LoweringContext, SubgraphBuilder
     from jax2onnx.kernels import has_kernel, kernel_dtype, kernel_dtypes
     from jax2onnx.macro import batch_at_front, call_arguments
+    from jax2onnx.specs import new_dimension
 
 _LAZY = {
     # onnx_ir and jax.interpreters load with the converter, not with a plugin's import
@@ -55,6 +56,7 @@ _LAZY = {
     "has_kernel": "jax2onnx.kernels",
     "kernel_dtype": "jax2onnx.kernels",
     "kernel_dtypes": "jax2onnx.kernels",
+    "new_dimension": "jax2onnx.specs",
 }
 
 
@@ -93,6 +95,7 @@ __all__ = [
     "is_symbolic",
     "kernel_dtype",
     "kernel_dtypes",
+    "new_dimension",
     "onnx_dtype",
     "stored_type",
 ]

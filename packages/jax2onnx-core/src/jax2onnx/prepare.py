@@ -23,6 +23,8 @@ class PrepareConfig:
             values); these keyword arguments stay runtime graph inputs.
         opset: the target ONNX opset.
         enable_double_precision: whether the conversion keeps 64-bit types.
+        normalization_mode: ``to_onnx``'s export policy for normalisation
+            layers (``"auto"``, ``"prefer_native"``, ``"force_decomposed"``).
     """
 
     input_params: Mapping[str, Any] = dataclasses.field(
@@ -30,6 +32,7 @@ class PrepareConfig:
     )
     opset: int = 23
     enable_double_precision: bool = False
+    normalization_mode: str = "auto"
 
     def __post_init__(self) -> None:
         params = types.MappingProxyType(dict(self.input_params or {}))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -60,10 +61,18 @@ class Registry:
         return list(self._by_name.get(name, ()))
 
     def lookup(self, name: str, opset: int) -> Lowering | None:
-        """The lowering of ``name`` with the newest ``min_opset`` not above ``opset``."""
-        for lowering in self._by_name.get(name, ()):
+        """The lowering of ``name`` with the newest ``min_opset`` not above ``opset``.
+
+        Below the oldest one, a primitive with a fallback (a macro's ``impl``)
+        is inlined as JAX computes it, so a newer ONNX op never makes an older
+        opset fail; without one, None.
+        """
+        lowerings = self._by_name.get(name, ())
+        for lowering in lowerings:
             if lowering.min_opset <= opset:
                 return lowering
+        if lowerings and self.fallback(name) is not None:
+            return dataclasses.replace(lowerings[-1], fn=inline_fallback, min_opset=1)
         return None
 
     def fallback(self, name: str) -> Callable[..., Any] | None:
@@ -72,3 +81,8 @@ class Registry:
             if lowering.fallback is not None:
                 return lowering.fallback
         return self._impls.get(name)
+
+
+def inline_fallback(ctx: Any, *inputs: Any, **params: Any) -> Any:
+    """The primitive as JAX computes it (its fallback), inlined."""
+    return ctx.fallback(*inputs, **params)

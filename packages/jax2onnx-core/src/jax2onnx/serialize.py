@@ -34,6 +34,17 @@ def weight_bytes(model: ir.Model) -> int:
     return sum(v.const_value.nbytes for v in model.graph.initializers.values() if v.const_value)
 
 
+def check_single_file(model: ir.Model, why: str) -> None:
+    """Refuse a model whose weights cannot live inside one protobuf file."""
+    size = weight_bytes(model)
+    if size > PROTOBUF_LIMIT:
+        raise ValueError(
+            f"{why} writes the weights inside the model file, but they take "
+            f"{size / 2**30:.2f} GiB, more than protobuf's 2 GiB limit; use "
+            "export_mode='standard' (weights in an external data file)"
+        )
+
+
 def to_proto(model: ir.Model) -> Any:
     return ir.serde.serialize_model(model)
 

@@ -1,22 +1,27 @@
 """Step 1: user input specs -> ``jax.ShapeDtypeStruct`` with symbolic dims.
 
 Every string dimension of every input lives in one shared scope, so ``"B"``
-in two inputs is the same dimension. ``input_params`` become scalar (or
-array) inputs after the positional ones. An input may be a pytree (a dict, a
-tuple of specs, a registered dataclass) of specs: it flattens to one graph
-input per leaf, named after its key path (``obs.joint_pos``).
+in two inputs is the same dimension; :func:`new_dimension` adds fresh ones
+to that scope while the conversion traces (data-dependent output sizes).
+``input_params`` become scalar (or array) inputs after the positional ones.
+An input may be a pytree (a dict, a tuple of specs, a registered dataclass)
+of specs: it flattens to one graph input per leaf, named after its key path
+(``obs.joint_pos``).
 """
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import dataclasses
 import inspect
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 import jax
 import numpy as np
 
+from jax2onnx.errors import UsageError
 from jax2onnx.keys import is_extended
 
 
@@ -163,6 +168,91 @@ class _Scope:
                 "create every symbolic shape with one scope, or give the dimensions as strings"
             )
         return _symbolic(str(dim), where, self)
+
+
+class _Dimensions:
+    """The symbolic dimensions one conversion makes for data-dependent sizes.
+
+    They live in the scope of the inputs' symbolic dimensions (a new scope
+    when every input is static), so JAX can combine them with ``B`` and the
+    like; their names (``nonzero_0``, ``unique_1`` ...) count per hint and skip
+    every name an input uses.
+    """
+
+    def __init__(self, specs: Sequence[Any]) -> None:
+        self.scope: Any = None
+        self.taken: set[str] = set()
+        self.counts: dict[str, int] = {}
+        self.made = 0
+        self.on_new: Any = None  # called after each new dimension (tracing re-keys JAX's caches)
+        for spec in specs:
+            for d in getattr(spec, "shape", ()):
+                if hasattr(d, "_get_vars"):
+                    if self.scope is None:
+                        self.scope = getattr(d, "scope", None)
+                    self.taken.update(d._get_vars())
+
+    def new(self, hint: str) -> Any:
+        from jax import export
+
+        if not isinstance(hint, str) or not hint.isidentifier() or hint.startswith("_"):
+            raise ValueError(
+                f"new_dimension: hint {hint!r} must be an identifier such as 'nonzero' "
+                "(it names the dimension in the exported model: nonzero_0, nonzero_1 ...)"
+            )
+        if self.scope is None:
+            self.scope = export.SymbolicScope()
+        index = self.counts.get(hint, 0)
+        while f"{hint}_{index}" in self.taken:
+            index += 1
+        name = f"{hint}_{index}"
+        self.counts[hint] = index + 1
+        self.taken.add(name)
+        (dim,) = export.symbolic_shape(name, scope=self.scope)
+        self.made += 1
+        if self.on_new is not None:
+            self.on_new()
+        return dim
+
+
+# The dimensions of the conversion tracing in this context (None outside to_onnx's trace).
+_DIMENSIONS: contextvars.ContextVar[_Dimensions | None] = contextvars.ContextVar(
+    "jax2onnx_new_dimensions", default=None
+)
+
+
+@contextlib.contextmanager
+def new_dimensions(specs: Sequence[Any]) -> Iterator[_Dimensions]:
+    """Let :func:`new_dimension` make dimensions for the conversion tracing ``specs``."""
+    dims = _Dimensions(specs)
+    token = _DIMENSIONS.set(dims)
+    try:
+        yield dims
+    finally:
+        _DIMENSIONS.reset(token)
+
+
+def new_dimension(hint: str) -> Any:
+    """A fresh symbolic dimension for an output whose size depends on the data.
+
+    For an interception's stand-in (``jnp.nonzero``, ``jnp.unique`` ...): it
+    binds a primitive whose output shape has this dimension, and the
+    primitive's lowering produces a value of that size. The dimension is
+    named ``<hint>_<n>`` in the exported model (``nonzero_0``), unique within
+    the conversion and distinct from the inputs' dimension names, and the
+    core computes it from the first value that has it. Only while
+    ``to_onnx`` traces (the dimension belongs to that conversion);
+    elsewhere a :class:`~jax2onnx.errors.UsageError`.
+    """
+    dims = _DIMENSIONS.get()
+    if dims is None:
+        raise UsageError(
+            f"new_dimension({hint!r}) was called outside a conversion; it gives an "
+            "interception's stand-in a data-dependent size while to_onnx traces. Call it "
+            "from a stand-in (a binder registered with rules.intercept), not at import or "
+            "in plain JAX code"
+        )
+    return dims.new(hint)
 
 
 def _symbolic(dim: str, where: str, scope: _Scope) -> Any:

@@ -3,10 +3,15 @@
 The registry's interceptions (:mod:`jax2onnx.interceptions`) are visible to
 this trace only; every primitive of the result must have a lowering, checked
 here and again for every jaxpr a lowering traces (:func:`retrace`).
+
+While the first trace runs, :func:`jax2onnx.specs.new_dimension` gives stand-ins of
+functions whose output size depends on the data (``jnp.nonzero``,
+``jnp.unique`` ...) a fresh symbolic dimension of this conversion.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -15,6 +20,7 @@ import jax
 
 from jax2onnx.functions import exporting
 from jax2onnx.interceptions import interceptions_active
+from jax2onnx.specs import new_dimensions
 from jax2onnx.unsupported import check_supported, iter_equations
 
 # A JAX user context keeping our traces apart from the user's in JAX's caches: a
@@ -22,6 +28,12 @@ from jax2onnx.unsupported import check_supported, iter_equations
 # primitives; keyed by the interceptions in force, that cached jaxpr is never handed
 # to the user's own calls (nor theirs to the converter). Made once, at import: JAX
 # asks that user contexts are not created concurrently with other JAX calls.
+#
+# The key also names the conversion and how many new dimensions it has made so far
+# (``new_dimension``): a jaxpr cached by one conversion holds its ``nonzero_0``, which
+# is another dimension in the next conversion; and a jitted function that made a new
+# dimension must make another on its next call (a size of its own), not have its
+# trace, and so that call's size, reused.
 _JIT_KEY = jax.make_user_context(default_value=None)
 
 
@@ -41,7 +53,14 @@ def trace(fn: Callable[..., Any], specs: Any, registry: Any, plugin_set: Any) ->
     param_names = [k for k, _ in specs.params]
     interceptions = registry.interceptions
     try:
-        with interceptions_active(interceptions), exporting(), _JIT_KEY(interceptions):
+        with (
+            contextlib.ExitStack() as keys,
+            new_dimensions(specs.all_specs) as dims,
+            interceptions_active(interceptions),
+            exporting(),
+        ):
+            dims.on_new = lambda: keys.enter_context(_JIT_KEY((interceptions, dims, dims.made)))
+            dims.on_new()
             closed, out_shapes = jax.make_jaxpr(flat, return_shape=True)(*specs.all_specs)
     except jax.errors.ConcretizationTypeError as err:
         if param_names:

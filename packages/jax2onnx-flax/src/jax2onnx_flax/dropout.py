@@ -10,6 +10,8 @@ gradient sees the primal's draw.
 
 from __future__ import annotations
 
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -74,6 +76,7 @@ dropout_p = family.primitive(
 
 
 def _bind_dropout(original):
+    @functools.wraps(original)
     def call(self, inputs, *, deterministic=None, rngs=None):
         flag = self.deterministic if deterministic is None else deterministic
         static = isinstance(flag, (bool, np.bool_))

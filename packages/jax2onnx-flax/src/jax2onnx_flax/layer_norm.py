@@ -14,10 +14,12 @@ broadcast to the normalised shape at conversion time.
 
 from __future__ import annotations
 
+import functools
+
 import jax.numpy as jnp
 import numpy as np
 
-from jax2onnx.plugin import Family
+from jax2onnx.plugin import Family, call_arguments
 from jax2onnx_flax._util import F64, const_value, factory_cases
 from jax2onnx_flax.norm import (
     as_dtype,
@@ -62,9 +64,16 @@ rms_norm_p = norm_primitive(
 
 def _bind_layer_norm(prim, use_mean):
     def make(original):
-        def call(self, x, *args, mask=None, **kwargs):
-            if args or kwargs or mask is not None or not plain_module(self):
-                return original(self, x, *args, mask=mask, **kwargs)
+        arguments = call_arguments(original)  # RMSNorm takes mask positionally, LayerNorm not
+
+        @functools.wraps(original)
+        def call(*args, **kwargs):
+            named = arguments(*args, **kwargs)
+            if named is None or any(named[k] is not None for k in set(named) - {"self", "x"}):
+                return original(*args, **kwargs)
+            self, x = named["self"], named["x"]
+            if not plain_module(self):
+                return original(*args, **kwargs)
             ndim = jnp.ndim(x)
             has_bias = use_mean and self.bias is not None
             return prim.bind(
@@ -119,7 +128,10 @@ def _normalised_param(ctx, value, first, feature_axes, dtype):
 
 
 def _norm_op(ctx, op, x, rest, params):
-    """One LayerNormalization/RMSNormalization, or None when the form does not fit."""
+    """One LayerNormalization/RMSNormalization, or None when the form does not fit
+    (or ``normalization_mode="force_decomposed"`` asks for Flax's arithmetic)."""
+    if ctx.normalization_mode == "force_decomposed":
+        return None
     out = float_out(ctx)
     first = _trailing(ctx, params["reduction_axes"], params["feature_axes"])
     if out is None or first is None:

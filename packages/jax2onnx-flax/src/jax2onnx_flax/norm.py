@@ -170,6 +170,7 @@ batch_norm_p = norm_primitive(family, "batch_norm", _batch_norm_impl, ("feature_
 
 
 def _bind_batch_norm(original):
+    @functools.wraps(original)
     def call(self, x, use_running_average=None, *, mask=None):
         flag = self.use_running_average if use_running_average is None else use_running_average
         static = isinstance(flag, (bool, np.bool_))
@@ -365,6 +366,7 @@ group_norm_p = norm_primitive(family, "group_norm", _group_norm_impl, ("reductio
 
 
 def _bind_group_norm(original):
+    @functools.wraps(original)
     def call(self, x, *, mask=None):
         ndim = jnp.ndim(x)
         axes = self.reduction_axes
@@ -447,13 +449,15 @@ def group_norm(
     """GroupNormalization (opset 21: per-channel scale and bias) on a channels-first view.
 
     Leading unreduced axes (a vmapped batch) merge into N with a Reshape;
-    channels-last inputs of rank > 2 take one Transpose each way.
+    channels-last inputs of rank > 2 take one Transpose each way. With
+    ``normalization_mode="force_decomposed"``, Flax's arithmetic is inlined.
     """
     out = float_out(ctx)
     shape = list(ctx.avals_in[0].shape)
     lead = len(shape) - len(reduction_axes)
     inner = shape[lead:]
-    if out is None or not all(isinstance(d, (int, np.integer)) for d in inner):
+    static = all(isinstance(d, (int, np.integer)) for d in inner)
+    if out is None or not static or ctx.normalization_mode == "force_decomposed":
         return ctx.fallback()
     x, *rest = cast_all(ctx, [x, *rest], out)
     scale, bias = optional_operands(rest, has_scale, has_bias)

@@ -4,6 +4,10 @@ ONNX's BitShift runs in ONNX Runtime only on uint8, uint32 and uint64, so shifts
 popcount and clz work on the operand's bit pattern as an unsigned integer
 (``_UNSIGNED``: 16-bit values zero-extended into uint32), then cast back; casts
 between integer types keep the low bits, so the round trip is exact.
+
+BitwiseAnd/Or/Xor/Not exist from opset 18. Below it, integer and/or/xor/not,
+shift_right_arithmetic, population_count and clz have second lowerings (``*_opset13``)
+built from BitShift, comparisons, bool logic and 32/64-bit arithmetic (``_intbits``).
 """
 
 from __future__ import annotations
@@ -12,29 +16,40 @@ import numpy as np
 from jax import lax
 
 from jax2onnx.plugin import Family, case
-from jax2onnx_lax._casedata import INTS, edges, int_cases, x64
+from jax2onnx_lax import _intbits
+from jax2onnx_lax._casedata import INTS, all_pairs, edges, int_cases, x64
 
 family = Family("lax")
 
 _UNSIGNED = {1: (np.uint8,), 2: (np.uint16, np.uint32), 4: (np.uint32,), 8: (np.uint64,)}
 
 
-def _logic(bool_op: str, int_op: str | None):
+def _logic(bool_op: str, bitwise: bool):
     def lower(ctx, *xs):
-        if ctx.avals_in[0].dtype == np.bool_:
+        dtype = np.dtype(ctx.avals_in[0].dtype)
+        if dtype == np.bool_:
             return getattr(ctx.op, bool_op)(*xs)
-        if int_op is None:
-            raise ctx.error(f"integer operands need ONNX Bitwise{bool_op}: opset 18")
-        return getattr(ctx.op, int_op)(*xs)
+        if bitwise:
+            return getattr(ctx.op, f"Bitwise{bool_op}")(*xs)
+        if bool_op == "Not":
+            return _intbits.invert(ctx, xs[0], dtype)
+        return _intbits.logic(ctx, bool_op, *xs, dtype)
 
-    lower.__name__ = lower.__qualname__ = bool_op.lower()
-    lower.__doc__ = f"{bool_op} on bool, {int_op or 'an error (opset < 18)'} on integers."
+    lower.__name__ = lower.__qualname__ = bool_op.lower() + ("" if bitwise else "_opset13")
+    if bitwise:
+        lower.__doc__ = f"{bool_op} on bool, Bitwise{bool_op} on integers."
+    else:
+        how = "all ones minus x" if bool_op == "Not" else f"bool {bool_op} of bit vectors"
+        lower.__doc__ = (
+            f"{bool_op} on bool; on integers (no Bitwise{bool_op} before opset 18) {how}, "
+            "exact arithmetic in _intbits."
+        )
     return lower
 
 
 for _prim, _op in ((lax.and_p, "And"), (lax.or_p, "Or"), (lax.xor_p, "Xor"), (lax.not_p, "Not")):
-    family.lowering(_prim)(_logic(_op, None))
-    family.lowering(_prim, min_opset=18)(_logic(_op, f"Bitwise{_op}"))
+    family.lowering(_prim)(_logic(_op, False))
+    family.lowering(_prim, min_opset=18)(_logic(_op, True))
 
 
 def _bits(ctx, x, dtype):
@@ -88,6 +103,25 @@ def shift_right_arithmetic(ctx, x, s):
     return ctx.cast(ctx.where(negative, ctx.op.BitwiseXor(shifted, mask), shifted, udtype), dtype)
 
 
+@family.lowering(lax.shift_right_arithmetic_p)
+def shift_right_arithmetic_opset13(ctx, x, s):
+    """shift_right_arithmetic without BitwiseXor (opset < 18): the logical shift of the bit
+    pattern plus, where the sign bit is set, the ``s`` top bits of the width (all ones minus
+    all ones >> s; disjoint from the shifted bits, so Add is Or), in uint32 (uint64 for 64
+    bits) where Add/Sub/Mul have kernels at opset 13. The amount is clamped to bits - 1 as
+    in JAX (negative amounts read as large unsigned ones); unsigned types likewise."""
+    dtype = np.dtype(ctx.avals_in[0].dtype)
+    width = 8 * dtype.itemsize
+    carrier = _intbits.WORD[dtype.itemsize]
+    ux, us = (_intbits.zero_extend(ctx, v, dtype, carrier) for v in (x, s))
+    amount = ctx.op.Min(us, np.asarray(width - 1, carrier))
+    ones = np.asarray(2**width - 1, carrier)
+    fill = ctx.op.Sub(ones, ctx.op.BitShift(ones, amount, direction="RIGHT"))
+    sign = ctx.op.BitShift(ux, np.asarray(width - 1, carrier), direction="RIGHT")
+    shifted = ctx.op.BitShift(ux, amount, direction="RIGHT")
+    return ctx.cast(ctx.op.Add(shifted, ctx.op.Mul(sign, fill)), dtype)
+
+
 def _popcount(ctx, ux, udtype):
     """Bits set in each element (SWAR: pairs, nibbles, bytes, then a byte-sum multiply)."""
     width = 8 * np.dtype(udtype).itemsize
@@ -130,6 +164,28 @@ def clz(ctx, x):
         k *= 2
     count = ctx.op.Sub(np.asarray(width, udtype), _popcount(ctx, ux, udtype))
     return ctx.cast(count, dtype)
+
+
+@family.lowering(lax.population_count_p)
+def population_count_opset13(ctx, x):
+    """population_count without BitwiseAnd (opset < 18): the bit vector (see _intbits)
+    summed by a MatMul with ones."""
+    dtype = np.dtype(ctx.avals_in[0].dtype)
+    bits = _intbits.bit_vector(ctx, x, dtype)
+    return ctx.cast(_intbits.weighted_sum(ctx, bits, [1] * (8 * dtype.itemsize)), dtype)
+
+
+@family.lowering(lax.clz_p)
+def clz_opset13(ctx, x):
+    """clz without BitwiseOr (opset < 18): the count of powers of two 2^0 .. 2^(bits-1)
+    above the unsigned value (x in [2^p, 2^(p+1)) is below bits - 1 - p of them, 0 below
+    all), a Less against a constant vector summed by a MatMul."""
+    dtype = np.dtype(ctx.avals_in[0].dtype)
+    width = 8 * dtype.itemsize
+    carrier = _intbits.CARRIER[dtype.itemsize]
+    ux = ctx.op.Unsqueeze(_intbits.zero_extend(ctx, x, dtype, carrier), ctx.i64([-1]))
+    below = ctx.op.Less(ux, np.asarray([1 << k for k in range(width)], carrier))
+    return ctx.cast(_intbits.weighted_sum(ctx, below, [1] * width), dtype)
 
 
 def _halves(ctx, v):
@@ -263,6 +319,65 @@ family.add_cases(
         *int_cases("mulhi", lax.mulhi),
     ],
 )
+
+
+# opsets 13-17 (no Bitwise ops): every case runs all ops of its group on edge values of
+# one integer width; the widths are spread over the group's primitives, so each primitive's
+# coverage row records its opset-13 ops
+
+
+def _logic_all(x, y):
+    return lax.bitwise_and(x, y), lax.bitwise_or(x, y), lax.bitwise_xor(x, y), lax.bitwise_not(x)
+
+
+def _shifts_all(x, s):
+    return lax.shift_left(x, s), lax.shift_right_logical(x, s), lax.shift_right_arithmetic(x, s)
+
+
+def _counts_all(x):
+    return lax.population_count(x), lax.clz(x)
+
+
+family.add_cases(
+    lax.xor_p,
+    [
+        case(
+            "logic_opset13_symbolic",
+            _logic_all,
+            [("B", 3), ("B", 3)],
+            dtypes=[np.int32] * 2,
+            opset=13,
+            counts={"MatMul": 3, "Unsqueeze": 2},  # one bit vector per operand, not per op
+        ),
+        case("logic_opset13_scalar", _logic_all, [np.int16(-300), np.int16(0x5A5A)], opset=13),
+    ],
+)
+for _i, _d in enumerate(INTS):
+    _name = np.dtype(_d).name
+    family.add_cases(
+        (lax.and_p, lax.or_p, lax.xor_p, lax.not_p)[(_i + _i // 4) % 4],  # 64 bits apart
+        [case(f"logic_opset13_{_name}", _logic_all, all_pairs(_d), variants=x64(_d), opset=13)],
+    )
+    family.add_cases(
+        (lax.population_count_p, lax.clz_p)[_i % 2],
+        [
+            case(
+                f"counts_opset13_{_name}",
+                _counts_all,
+                [_bit_values(_d)],
+                variants=x64(_d),
+                opset=13,
+            )
+        ],
+    )
+    family.add_cases(
+        lax.shift_right_arithmetic_p,
+        [
+            case(
+                f"shifts_opset13_{_name}", _shifts_all, _shift_pairs(_d), variants=x64(_d), opset=13
+            )
+        ],
+    )
 
 
 register = family.register

@@ -25,8 +25,11 @@ What is reproduced, and what is not:
   singular values are zero instead of a completing orthonormal basis (``pinv``
   and ``lstsq`` never use them).
 
-``subset_by_index`` is refused (JAX's CPU backend does not implement it
-either); complex inputs are refused (no complex tensors in ONNX Runtime).
+``eigh`` with ``subset_by_index=(lo, hi)`` computes every eigenpair and keeps
+the ``lo``-th to ``hi - 1``-th smallest (JAX's CPU backend does not implement
+the subset itself; ``tests/test_eigh_subset.py`` checks it against the full
+``eigh`` sliced). ``svd``'s ``subset_by_index`` is refused; complex inputs are
+refused (no complex tensors in ONNX Runtime).
 """
 
 from __future__ import annotations
@@ -87,15 +90,19 @@ def _projectors(x):
 )
 def eigh(ctx, x, *, lower, subset_by_index=None, **_):
     """Decomposed: cyclic Jacobi on the symmetric matrix of the ``lower`` (upper)
-    triangle, sweeps in a while loop, eigenvalues sorted ascending (TopK)."""
+    triangle, sweeps in a while loop, eigenvalues sorted ascending (TopK). A
+    ``subset_by_index=(lo, hi)`` slices eigenpairs ``lo .. hi - 1`` of all of them."""
     check_inputs(ctx, [2])
     everything = (0, ctx.avals_in[0].shape[-1])
-    if subset_by_index is not None and tuple(subset_by_index) != everything:
-        raise ctx.error(
-            f"subset_by_index={subset_by_index} is not supported (JAX's CPU backend does not "
-            "implement it either): compute all eigenpairs and slice them."
-        )
-    return ctx.decompose(_linalg_orth.eigh, x, lower=lower)
+    if subset_by_index is None or tuple(subset_by_index) == everything:
+        return ctx.decompose(_linalg_orth.eigh, x, lower=lower)
+    lo, hi = (int(i) for i in subset_by_index)
+    return ctx.decompose(_eigh_subset, x, lower=lower, lo=lo, hi=hi)
+
+
+def _eigh_subset(a, *, lower, lo, hi):
+    v, w = _linalg_orth.eigh(a, lower=lower)
+    return v[..., lo:hi], w[..., lo:hi]
 
 
 def _svd_parts(full_matrices):

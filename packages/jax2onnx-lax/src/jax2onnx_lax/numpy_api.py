@@ -249,11 +249,35 @@ family.add_cases(
         case("jnp_tile_bool", lambda x: jnp.tile(x, (2, 2)), [(2, 3)], dtypes=[np.bool_]),
         case("jnp_tile_vmap", jax.vmap(lambda x: jnp.tile(x, 2)), [("B", 3)], expect=["Tile"]),
         case("jnp_tile_grad", jax.grad(lambda x: (jnp.tile(x, 3) ** 2).sum()), [(4,)]),
+        case(
+            "jnp_tile_symbolic_reps",
+            lambda cls, x: jnp.tile(cls, (x.shape[0], 1, 1)) + x,
+            [(1, 1, 8), ("B", 1, 8)],
+            expect=["Tile:Bx1x8"],
+        ),
+        case(
+            "jnp_tile_symbolic_reps_2d",
+            lambda t, x: jnp.tile(t, (x.shape[0], 2)) * x,
+            [(1, 3), ("B", 6)],
+            expect=["Tile:Bx6"],
+        ),
+        case(
+            "vit_class_token",
+            lambda cls, x: jnp.concatenate([jnp.tile(cls, (x.shape[0], 1, 1)), x], axis=1),
+            [(1, 1, 8), ("B", 4, 8)],
+            expect=["Tile:Bx1x8 -> Concat:Bx5x8"],
+        ),
+        case(
+            "vit_class_token_static",
+            lambda cls, x: jnp.concatenate([jnp.tile(cls, (x.shape[0], 1, 1)), x], axis=1),
+            [(1, 1, 8), (3, 4, 8)],
+            expect=["Tile:3x1x8 -> Concat:3x5x8"],
+        ),
     ],
 )
 def tile(ctx, x, *, reps, **_):
-    """One Tile with constant repeats."""
-    return ctx.op.Tile(x, ctx.i64(reps))
+    """One Tile; repeats are a constant, or computed at run time when one is symbolic."""
+    return ctx.op.Tile(x, ctx.shape(reps))
 
 
 # -- already compact through lax: cases only ---------------------------------

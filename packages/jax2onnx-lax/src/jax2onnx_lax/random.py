@@ -10,13 +10,15 @@ implementation's own functions (``jax.extend.random.threefry_prng_impl``) traced
 key data, so the graph computes exactly JAX's numbers under either value of
 ``jax_threefry_partitionable`` (read when converting). They decompose into
 ``threefry2x32`` and ``iota_2x32_shape``, lowered here to uint32 arithmetic (ONNX Runtime
-has uint32 kernels for Add, BitShift, BitwiseXor and BitwiseOr; Add wraps modulo 2^32), so
-the family needs opset 18 (BitwiseXor). Samplers turn bits into floats with
-``bitcast_convert_type``, exact arithmetic below opset 26 (see ``types.py``).
+has uint32 kernels for Add, BitShift, BitwiseXor and BitwiseOr; Add wraps modulo 2^32).
+Below opset 18 (no BitwiseXor) each xor goes through bool bit vectors (``_intbits.py``):
+about 1.4 times the nodes of the opset-18 graph, the same numbers. Samplers turn bits into
+floats with ``bitcast_convert_type``, exact arithmetic below opset 26 (see ``bits.py``).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable
 from typing import Any
@@ -28,6 +30,7 @@ from jax import lax
 
 from jax2onnx.plugin import Family, case, is_symbolic, stored_type
 from jax2onnx_lax._casedata import edges
+from jax2onnx_lax._intbits import bit_vector, from_bits
 from jax2onnx_lax._util import reshape
 
 family = Family("lax")
@@ -75,6 +78,32 @@ def threefry2x32(ctx, k0, k1, x0, x1):
             x0 = ctx.op.Add(x0, schedule[s % 3])
             x1 = ctx.op.Add(ctx.op.Add(x1, schedule[(s + 1) % 3]), _u32(s))
     return [x0, x1]
+
+
+@family.lowering("threefry2x32")
+def threefry2x32_opset13(ctx, k0, k1, x0, x1):
+    """threefry2x32 without BitwiseXor (opset < 18): the same 20 rounds, each xor a bool
+    Xor of bit vectors reassembled by a MatMul (see _intbits). The words carry a trailing
+    axis of size 1 throughout, so reading bits needs no Unsqueeze, and the rotation is
+    folded into the shift amounts that read x1's bits."""
+    k0, k1, x0, x1 = (ctx.op.Unsqueeze(v, ctx.i64([-1])) for v in (k0, k1, x0, x1))
+
+    def bits(v, rotation=0):
+        return bit_vector(ctx, v, _U32, rotation, column=True)
+
+    parity = bits(np.asarray([_PARITY], _U32))
+    k2 = from_bits(ctx, ctx.op.Xor(ctx.op.Xor(bits(k0), bits(k1)), parity), _U32, column=True)
+    schedule = [k0, k1, k2]
+    x0, x1 = ctx.op.Add(x0, schedule[0]), ctx.op.Add(x1, schedule[1])
+    for d in range(_ROUNDS):
+        x0 = ctx.op.Add(x0, x1)
+        mixed = ctx.op.Xor(bits(x0), bits(x1, _ROTATIONS[d % 8]))
+        x1 = from_bits(ctx, mixed, _U32, column=True)
+        if d % 4 == 3:
+            s = (d + 1) // 4
+            x0 = ctx.op.Add(x0, schedule[s % 3])
+            x1 = ctx.op.Add(ctx.op.Add(x1, schedule[(s + 1) % 3]), _u32(s))
+    return [ctx.op.Squeeze(v, ctx.i64([-1])) for v in (x0, x1)]
 
 
 @family.lowering("iota_2x32_shape")
@@ -210,6 +239,11 @@ _DATA = jax.random.key_data
 _Q = ("B", 4)  # a symbolic batch: noise of x.shape
 
 
+def _also13(c, **changes) -> list:
+    """``c`` and its copy at opset 13, where Threefry and the bitwise ops use no Bitwise ops."""
+    return [c, dataclasses.replace(c, name=f"{c.name}_opset13", opset=13, **changes)]
+
+
 def _keyed(name: str, sampler: Callable[..., Any], shape: tuple = _Q, **kw) -> Any:
     """A sampler case with the key as an input and a symbolic batch (float32 and float64)."""
     return case(name, lambda k, x: sampler(_W(k), x), [_KEY, shape], **kw)
@@ -231,18 +265,23 @@ def _TF(*args):
 family.add_cases(
     "threefry2x32",
     [
-        case(
-            "threefry2x32_edges",
-            _TF,
-            [_U32_EDGES, _U32_EDGES[::-1], np.roll(_U32_EDGES, 3), np.roll(_U32_EDGES, 5)],
-            counts={"BitShift": 40, "BitCast": 0},
+        *_also13(
+            case(
+                "threefry2x32_edges",
+                _TF,
+                [_U32_EDGES, _U32_EDGES[::-1], np.roll(_U32_EDGES, 3), np.roll(_U32_EDGES, 5)],
+                counts={"BitShift": 40, "BitCast": 0},
+            ),
+            counts={"BitShift": 42, "Xor": 22, "MatMul": 21, "Unsqueeze": 4},
         ),
-        case(
-            "threefry2x32_broadcast",
-            lambda k, x0, x1: _TF(k[:1, :1], k[1:, :1], x0, x1),
-            [np.array([[7], [0xFFFFFFFF]], np.uint32), ("B", 3), ("B", 3)],
-            dtypes=[None, np.uint32, np.uint32],
-            input_range=(0, 2**32),
+        *_also13(
+            case(
+                "threefry2x32_broadcast",
+                lambda k, x0, x1: _TF(k[:1, :1], k[1:, :1], x0, x1),
+                [np.array([[7], [0xFFFFFFFF]], np.uint32), ("B", 3), ("B", 3)],
+                dtypes=[None, np.uint32, np.uint32],
+                input_range=(0, 2**32),
+            )
         ),
         case(
             "threefry_2x32_odd_count",
@@ -267,11 +306,13 @@ family.add_cases(
             variants=["f32"],
         ),
         case("seed_vmap", lambda s: _DATA(jax.vmap(jax.random.key)(s)), [edges(np.int32)]),
-        case(
-            "seed_int64",
-            lambda s: jax.vmap(jax.random.PRNGKey)(s),
-            [edges(np.int64)],
-            variants=["f64"],
+        *_also13(
+            case(
+                "seed_int64",
+                lambda s: jax.vmap(jax.random.PRNGKey)(s),
+                [edges(np.int64)],
+                variants=["f64"],
+            )
         ),
         case(
             "prngkey_const",
@@ -284,17 +325,20 @@ family.add_cases(
     "random_bits",
     [
         *[
-            case(
-                f"bits_{np.dtype(d).name}",
-                lambda k, d=d: jax.random.bits(_W(k), (3, 5), d),
-                [_KEY],
-                variants=v,
-            )
+            c
             for d, v in (
                 (np.uint8, None),
                 (np.uint16, None),
                 (np.uint32, None),
                 (np.uint64, ["f64"]),
+            )
+            for c in _also13(
+                case(
+                    f"bits_{np.dtype(d).name}",
+                    lambda k, d=d: jax.random.bits(_W(k), (3, 5), d),
+                    [_KEY],
+                    variants=v,
+                )
             )
         ],
         case(
@@ -311,15 +355,22 @@ family.add_cases(
             dtypes=[np.uint32],
             input_range=(0, 2**32),
         ),
-        _keyed("normal", lambda k, x: x + jax.random.normal(k, x.shape, x.dtype)),
-        _keyed(
-            "uniform",
-            lambda k, x: x + jax.random.uniform(k, x.shape, x.dtype, -2.0, 3.0),
-            counts={"BitCast": 0},
+        *_also13(_keyed("normal", lambda k, x: x + jax.random.normal(k, x.shape, x.dtype))),
+        *_also13(
+            _keyed(
+                "uniform",
+                lambda k, x: x + jax.random.uniform(k, x.shape, x.dtype, -2.0, 3.0),
+                counts={"BitCast": 0},
+            ),
+            variants=("f32",),  # normal_opset13 runs float64
         ),
         _keyed("bernoulli", lambda k, x: jax.random.bernoulli(k, lax.logistic(x))),
-        _keyed(
-            "randint", lambda k, x: jax.random.randint(k, x.shape, -3, 1000) + x.astype(np.int32)
+        *_also13(
+            _keyed(
+                "randint",
+                lambda k, x: jax.random.randint(k, x.shape, -3, 1000) + x.astype(np.int32),
+            ),
+            variants=("f32",),
         ),
         _keyed("categorical", lambda k, x: jax.random.categorical(k, x, axis=-1)),
         _keyed("gumbel", lambda k, x: x + jax.random.gumbel(k, x.shape, x.dtype)),
@@ -362,12 +413,14 @@ family.add_cases(
             lambda k: jax.vmap(lambda kk: jax.random.normal(kk, (3,)))(jax.random.split(_W(k), 4)),
             [_KEY],
         ),
-        case(
-            "vmap_keys_symbolic",
-            lambda ks: jax.vmap(lambda k: jax.random.normal(k, (3,)))(_W(ks)),
-            [("B", 2)],
-            dtypes=[np.uint32],
-            input_range=(0, 2**32),
+        *_also13(
+            case(
+                "vmap_keys_symbolic",
+                lambda ks: jax.vmap(lambda k: jax.random.normal(k, (3,)))(_W(ks)),
+                [("B", 2)],
+                dtypes=[np.uint32],
+                input_range=(0, 2**32),
+            )
         ),
         case(
             "grad_reparameterized",
@@ -422,7 +475,7 @@ def _split_until(keys, counts):
 family.add_cases(
     "random_split",
     [
-        case("split", lambda k: _DATA(jax.random.split(_W(k))), [_KEY]),
+        *_also13(case("split", lambda k: _DATA(jax.random.split(_W(k))), [_KEY])),
         case("split_2d", lambda k: _DATA(jax.random.split(_W(k), (2, 3))), [_KEY]),
         case("split_legacy", lambda k: jax.random.split(k, 5), [_KEY]),
         case("split_unpack", _split_unpack, [_KEY, _Q]),
@@ -455,11 +508,13 @@ family.add_cases(
     "random_fold_in",
     [
         case("fold_in", lambda k: _DATA(jax.random.fold_in(_W(k), 12345)), [_KEY]),
-        case(
-            "fold_in_vmap_msgs",
-            lambda k, m: _DATA(jax.vmap(jax.random.fold_in, (None, 0))(_W(k), m)),
-            [_KEY, ("B",)],
-            dtypes=[None, np.int32],
+        *_also13(
+            case(
+                "fold_in_vmap_msgs",
+                lambda k, m: _DATA(jax.vmap(jax.random.fold_in, (None, 0))(_W(k), m)),
+                [_KEY, ("B",)],
+                dtypes=[None, np.int32],
+            )
         ),
         case(
             "fold_in_vmap_keys",

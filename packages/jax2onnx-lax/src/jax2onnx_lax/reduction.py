@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 
+import jax
 import jax.numpy as jnp
 import ml_dtypes
 import numpy as np
@@ -46,9 +47,10 @@ class _Reducer:
         op = getattr(self.ctx.op, op_type)
         if not axes:
             return self.ctx.op.Identity(x)
+        axes = [int(a) for a in axes]  # batching hands NumPy ints; attributes take Python ints
         if self.axes_as_input or op_type == "ReduceSum":
-            return op(x, self.ctx.i64(list(axes)), keepdims=0)
-        return op(x, axes=list(axes), keepdims=0)
+            return op(x, self.ctx.i64(axes), keepdims=0)
+        return op(x, axes=axes, keepdims=0)
 
 
 def _two_forms(primitive, cases):
@@ -248,6 +250,7 @@ def _prod(axes):
         case("prod_int_all", _prod((0, 1)), [(5, 3)], dtypes=[np.int8]),
         case("prod_int_symbolic_axis", _prod((0,)), [("B", 3)], dtypes=[np.int32]),
         case("prod_int_empty_dim", _prod((1,)), [(2, 0)], dtypes=[np.int32]),
+        case("prod_vmap_opset17", jax.vmap(jnp.prod), [("B", 3)], opset=17),
     ],
 )
 def reduce_prod(ctx, x, reduce, *, axes, **_):
@@ -284,6 +287,8 @@ def _extreme_cases(name, fn, prim_fn):
             for d in (np.int8, np.int16, np.uint16, np.uint32, np.uint64)
         ],
         case(f"{name}_empty_symbolic", bind((1,)), [(2, "B")], dtypes=[np.int16]),
+        # vmap hands NumPy-int axes: the opset-17 form puts them in an attribute
+        case(f"{name}_vmap_opset17", jax.vmap(fn), [("B", 4)], opset=17),
     ]
 
 
@@ -377,7 +382,7 @@ def reduce_xor(ctx, x, reduce, *, axes, **_):
 def _arg(ctx, reduce, op_type, x, axes, index_dtype):
     """ArgMax/ArgMin (first index on ties); the first NaN wins, as in JAX."""
     dtype = _dtype(ctx)
-    (axis,) = axes
+    axis = int(axes[0])  # a NumPy int under vmap: attributes take Python ints
     xc, _ = _ordered(ctx, x, dtype)
     index = getattr(ctx.op, op_type)(xc, axis=axis, keepdims=0, select_last_index=0)
     if _is_float(dtype):
@@ -406,6 +411,10 @@ def _arg_cases(name, op_type, fn, prim):
         case(f"{name}_index_int64", bind(1, np.int64), [_TIES], variants=["f64"]),
         case(f"{name}_f16", bind(1), [(3, 4)], dtypes=[np.float16]),
         case(f"{name}_bool", bind(1), [_BOOLS]),
+        case(f"{name}_bool_columns", bind(0), [("B", 4)], dtypes=[np.bool_]),
+        case(f"{name}_bool_vmap", jax.vmap(lambda x: fn(x > 0)), [(3, 5)]),
+        case(f"{name}_bool_vmap_opset17", jax.vmap(lambda x: fn(x > 0)), [("B", 5)], opset=17),
+        case(f"{name}_vmap_axis", jax.vmap(lambda x: fn(x, axis=0), in_axes=1), [(4, "B")]),
         case(f"{name}_int32", bind(0), [("B", 3)], dtypes=[np.int32]),
         case(f"{name}_uint8", bind(1), [(3, 5)], dtypes=[np.uint8], input_range=(0, 4)),
         *_int_cases(name, bind(1), list(_EDGE_INTS)),

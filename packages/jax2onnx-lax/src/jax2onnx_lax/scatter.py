@@ -9,7 +9,8 @@ rest):
   zero column where XLA has no start for the axis, an iota for batching axes)
   plus a constant offset grid for the windows wider than one element;
 * the *rest* are window axes the updates cover whole, left to ``ScatterND``'s
-  slice updates.
+  slice updates. When every axis is such a window (``x.at[()].set(u)``), the
+  scatter is rewritten onto ``operand[None]`` with the new axis indexed at 0.
 
 Out-of-bounds windows follow XLA on CPU: ``CLIP`` clamps each start so the
 window lies inside the operand; ``FILL_OR_DROP`` and ``PROMISE_IN_BOUNDS`` skip
@@ -18,23 +19,34 @@ the operand and sliced off afterwards, which is exact for every reduction and
 dtype (no neutral element needed). ``scatter_sub`` adds the negated updates
 (``a - b == a + -b`` exactly, integers wrap alike). ONNX Runtime's min/max
 reductions drop NaN, so a second ``ScatterND`` marks where XLA propagates one;
-bool min/max run in uint8. Before opset 18 ``ScatterND`` has no min/max: a
-``Loop`` applies the update slices one at a time (``GatherND``, ``Min``/``Max``,
-``ScatterND``), which repeated indices need.
+bool min/max run in uint8.
+
+``ScatterND`` has no ``reduction`` before opset 16 and no min/max before 18.
+There a ``Loop`` applies the update slices one at a time, in XLA's order: read
+the slice back (``GatherND``), combine (``Add``, ``Sub``, ``Mul``, or ``lax.min``/
+``lax.max`` with NaN winning), write it (``ScatterND``). Repeated indices need
+the steps (one ``ScatterND`` would keep only one of them), and summing in
+order keeps float results exact: a one-hot ``MatMul`` or a sort would reorder
+the sums of repeated indices.
 """
 
 from __future__ import annotations
 
 import math
 
-import jax
-import jax.numpy as jnp
 import numpy as np
 from jax import lax
 from jax.core import ShapedArray
-from jax.lax import GatherScatterMode, ScatterDimensionNumbers
+from jax.lax import GatherScatterMode
 
-from jax2onnx.plugin import Family, case, is_symbolic
+from jax2onnx.plugin import Family, is_symbolic, onnx_dtype
+from jax2onnx_lax._scatter_cases import (
+    ADD_CASES,
+    MUL_CASES,
+    SET_CASES,
+    SUB_CASES,
+    extremum_cases,
+)
 from jax2onnx_lax.gather import in_bounds, window_grid
 from jax2onnx_lax.indexing import as_int64, clamp_starts, constant, same_dim
 
@@ -58,7 +70,7 @@ def _scatter(ctx, operand, indices, updates, dn, mode, reduction):
     rest = [d for d in window_dims if same_dim(window[d], shape[d])]
     group = [d for d in range(rank) if d not in rest]
     if not group:
-        raise ctx.error("scatter without an indexed or inserted operand axis is not supported")
+        return ctx.decompose(_on_new_axis, operand, indices, updates, eqn=ctx.eqn)
     smap = list(dn.scatter_dims_to_operand_dims)
     starts = as_int64(ctx, indices)
     keep = None
@@ -85,7 +97,7 @@ def _scatter(ctx, operand, indices, updates, dn, mode, reduction):
     scatter_axes = [u for u in range(len(ushape)) if u not in dn.update_window_dims]
     to_update = dict(zip(window_dims, dn.update_window_dims))
     updates = ctx.transpose(updates, scatter_axes + [to_update[d] for d in grid + rest])
-    if reduction is _loop_min or reduction is _loop_max:
+    if reduction in _LOOPED:
         count = math.prod([*ishape[:-1], *(window[d] for d in grid)])
         extended = [shape[d] for d in group]
         if keep is not None:
@@ -98,6 +110,34 @@ def _scatter(ctx, operand, indices, updates, dn, mode, reduction):
         result = ctx.op.Slice(result, ctx.i64([0]), ctx.dim(shape[group[0]]), ctx.i64([0]))
     order = group + rest
     return ctx.transpose(result, [order.index(d) for d in range(rank)])
+
+
+def _on_new_axis(operand, indices, updates, *, eqn):
+    """The scatter on ``operand[None]`` with the new axis inserted and indexed at 0.
+
+    When the updates cover every operand axis whole (``x.at[()].set(u)``, indices
+    ``[..., 0]`` or starts that can only be 0), no axis is left for ``ScatterND`` to
+    index: the new leading axis of size 1 is that axis, so every scatter variant,
+    mode and batch of updates (applied in turn) keeps its lowering.
+    """
+    dn = eqn.params["dimension_numbers"]
+    smap = tuple(int(d) + 1 for d in dn.scatter_dims_to_operand_dims)
+    params = dict(eqn.params)
+    params["dimension_numbers"] = dn._replace(
+        inserted_window_dims=(0,), scatter_dims_to_operand_dims=(0, *smap)
+    )
+    batch = indices.shape[:-1]
+    if smap:  # a start of 0 for the new axis in front of the given ones
+        zero_first = [(0, 0, 0)] * len(batch) + [(1, 0, 0)]
+        indices = lax.pad(indices, np.zeros((), indices.dtype), zero_first)
+    else:  # only the new axis's start, always 0: no window can be out of bounds
+        params["mode"] = GatherScatterMode.CLIP
+        if any(is_symbolic(d) for d in batch):
+            indices = lax.full((*batch, 1), 0, indices.dtype)
+        else:
+            indices = np.zeros((*batch, 1), indices.dtype)
+    out = eqn.primitive.bind(lax.expand_dims(operand, (0,)), indices, updates, **params)
+    return lax.squeeze(out, (0,))
 
 
 def _group_starts(ctx, starts, smap, group, batching, batch_shape):
@@ -184,6 +224,21 @@ def _extremum(kind):
     return combine
 
 
+# Loop combiners: (current slice, update slice) -> the new slice, as XLA combines them.
+
+
+def _loop_add(ctx, x, y, dtype):
+    return ctx.op.Add(x, y)
+
+
+def _loop_sub(ctx, x, y, dtype):
+    return ctx.op.Sub(x, y)
+
+
+def _loop_mul(ctx, x, y, dtype):
+    return ctx.op.Mul(x, y)
+
+
 def _loop_min(ctx, x, y, dtype):
     return ctx.minimum(x, y, dtype)
 
@@ -192,8 +247,11 @@ def _loop_max(ctx, x, y, dtype):
     return ctx.maximum(x, y, dtype)
 
 
+_LOOPED = frozenset({_loop_add, _loop_sub, _loop_mul, _loop_min, _loop_max})
+
+
 def _loop(ctx, x, index, updates, combine, count, carry, depth):
-    """One Loop step per update slice: read it back, combine, write it (opset 17 min/max)."""
+    """One Loop step per update slice: read it back, combine, write it (no reduction needed)."""
     tail = list(carry.shape[depth:])
     index = ctx.op.Reshape(index, ctx.i64([-1, depth]))
     if any(is_symbolic(d) for d in tail):
@@ -211,7 +269,9 @@ def _loop(ctx, x, index, updates, combine, count, carry, depth):
     current = body.op.GatherND(state, where_to)
     new = body.op.ScatterND(state, where_to, combine(body.ctx, current, value, carry.dtype))
     graph = body.finish([keep_going, new], [ShapedArray((), np.bool_), carry])
-    return ctx.op.Loop(trips, None, x, body=graph)
+    result = ctx.op.Loop(trips, None, x, body=graph)
+    result.dtype = onnx_dtype(carry.dtype)  # the builder does not know Loop's output dtypes
+    return result
 
 
 def _lowering(prim, combine, min_opset, cases, doc):
@@ -228,331 +288,73 @@ def _lowering(prim, combine, min_opset, cases, doc):
     return family.lowering(prim, min_opset=min_opset, cases=cases)(lower)
 
 
-# -- cases -------------------------------------------------------------------------
-
-_ROWS = np.array([3, -1, 9, 0], _I32)  # -1 is row 4 (jnp normalises it); row 9 is dropped
-_COLS = np.array([0, 5, -2, -9], _I32)  # -9 stays negative after normalising: dropped
-
-
-def _raw(kind, window, inserted, to_operand, batching=((), ()), mode=None):
-    dn = ScatterDimensionNumbers(
-        update_window_dims=window,
-        inserted_window_dims=inserted,
-        scatter_dims_to_operand_dims=to_operand,
-        operand_batching_dims=batching[0],
-        scatter_indices_batching_dims=batching[1],
-    )
-    fn = getattr(lax, kind)
-    return lambda x, i, u: fn(x, i, u, dn, mode=mode)
-
-
-def _at(x):
-    return jnp.asarray(x).at
-
-
-def _vmapped(method):
-    return jax.vmap(lambda x, i, u: getattr(_at(x)[i], method)(u))
-
-
-_SET_CASES = [
-    case(
-        "rows",
-        lambda x, u: _at(x)[_ROWS].set(u),
-        [(5, 3), (4, 3)],
-        expect=["Concat -> ScatterND -> Slice:5x3"],  # the clamped row indices fold
-    ),
-    case(
-        "columns_symbolic",
-        lambda x, u: _at(x)[:, _COLS].set(u),
-        [("B", 6), ("B", 4)],
-        expect=["Transpose -> Concat -> ScatterND -> Slice -> Transpose:Bx6"],
-    ),
-    case(
-        "constant_point",
-        lambda x, u: _at(x)[2, 1].set(u),
-        [(4, 3), ()],
-        expect=["Where -> ScatterND -> Slice:4x3"],
-    ),
-    case(
-        "constant_indices",
-        lambda x, u: _raw("scatter", (1,), (0,), (0,))(x, np.array([[2], [0]], _I32), u),
-        [(4, "B"), (2, "B")],
-        expect=["ScatterND:4xB"],
-        counts={"Where": 0, "Concat": 0, "Slice": 0, "Cast": 0},
-    ),
-    case(
-        "point_arrays",
-        lambda x, i, j, u: _at(x)[i, j].set(u),
-        [(4, 5, 2), (), (), (2,)],
-        dtypes=[None, _I32, _I32, None],
-        input_range=(-6, 7),
-    ),
-    case("slice", lambda x, u: _at(x)[1:4].set(u), [(5, "B"), (3, "B")]),
-    case(
-        "strided_slice_and_array",
-        lambda x, u: _at(x)[::2, np.array([2, 0])].set(u),
-        [(5, 3), (3, 2)],
-    ),
-    case(
-        "vmap",
-        lambda x, i, u: _vmapped("set")(x, i[:, None], u),
-        [("B", 5, 4), ("B",), ("B", 1, 4)],
-        dtypes=[None, _I32, None],
-        input_range=(-7, 7),
-    ),
-    case(
-        "window_clip",
-        _raw("scatter", (1,), (0,), (0, 1), mode=GatherScatterMode.CLIP),
-        [(5, 6), np.array([[1, 5], [-3, 2]], _I32), (2, 3)],
-    ),
-    case(
-        "window_drop",
-        _raw("scatter", (1,), (0,), (0, 1), mode=GatherScatterMode.FILL_OR_DROP),
-        [(5, 6), np.array([[1, 4], [3, 3], [0, -1]], _I32), (3, 3)],
-    ),
-    case(
-        "clip_mode",
-        lambda x, u: _at(x)[np.array([1, 9]), 1:].set(u, mode="clip"),
-        [(5, 3), (2, 2)],
-    ),
-    case(
-        "fori_loop",
-        lambda x: lax.fori_loop(0, 3, lambda k, y: _at(y)[k + 1].set(y[k] * 2.0), x),
-        [(5, 2)],
-    ),
-    case(
-        "opset17",
-        lambda x, u: _at(x)[:, _COLS].set(u),
-        [(3, 6), (3, 4)],
-        opset=17,
-    ),
-    *(
-        case(
-            f"rows_{np.dtype(t).name}",
-            lambda x, u: _at(x)[_ROWS].set(u),
-            [(5, 3), (4, 3)],
-            dtypes=[t, t],
-            variants=["f64"] if np.dtype(t).itemsize == 8 else None,
-        )
-        for t in (np.int8, np.uint8, np.int16, np.int32, np.int64, np.uint64, np.bool_)
-    ),
-]
-
-_ADD_CASES = [
-    case(
-        "duplicates",
-        lambda x, i, u: _at(x)[i].add(u),
-        [(5, 3), (8,), (8, 3)],
-        dtypes=[None, _I32, None],  # random in [-5, 6): repeated, negative and dropped rows
-        expect=["Where -> ScatterND -> Slice:5x3"],
-    ),
-    case(
-        "columns_symbolic",
-        lambda x, i, u: _at(x)[:, i].add(u),
-        [("B", 4), (6,), ("B", 6)],
-        dtypes=[None, _I32, None],
-    ),
-    case(
-        "grad_of_gather",
-        jax.grad(lambda x, i: jnp.sum(jnp.sin(x[i]))),
-        [(5, 3), (7,)],
-        dtypes=[None, _I32],
-        input_range=(-5, 5),
-    ),
-    case(
-        "vmap",
-        lambda x, i, u: _vmapped("add")(x, i, u),
-        [("B", 4), ("B", 6), ("B", 6)],
-        dtypes=[None, _I32, None],
-    ),
-    case(
-        "scan",
-        lambda x, i: lax.scan(lambda c, j: (_at(c)[j].add(1.0), None), x, i)[0],
-        [(4, 3), (6,)],
-        dtypes=[None, _I32],
-    ),
-    case(
-        "clip_mode",
-        lambda x, i, u: _at(x)[i].add(u, mode="clip"),
-        [(5,), (9,), (9,)],
-        dtypes=[None, _I32, None],
-        input_range=(-9, 9),
-    ),
-    case(
-        "opset17",
-        lambda x, i, u: _at(x)[i, 1:3].add(u),
-        [(5, 4), (6,), (6, 2)],
-        dtypes=[None, _I32, None],
-        opset=17,
-    ),
-    *(
-        case(
-            f"duplicates_{np.dtype(t).name}",
-            lambda x, i, u: _at(x)[i].add(u),
-            [(4, 2), (7,), (7, 2)],
-            dtypes=[t, _I32, t],
-            variants=["f64"] if np.dtype(t).itemsize == 8 else None,
-        )
-        for t in (np.int8, np.uint8, np.int32, np.int64)
-    ),
-]
-
-_SUB_CASES = [
-    case(
-        "duplicates",
-        lambda x, i, u: _at(x)[i].subtract(u),
-        [(5, "B"), (8,), (8, "B")],
-        dtypes=[None, _I32, None],
-    ),
-    *(
-        case(
-            f"duplicates_{np.dtype(t).name}",
-            lambda x, i, u: _at(x)[i].subtract(u),
-            [(4, 2), (7,), (7, 2)],
-            dtypes=[t, _I32, t],
-            variants=["f64"] if np.dtype(t).itemsize == 8 else None,
-        )
-        for t in (np.int8, np.uint8, np.int32, np.uint32, np.uint64)
-    ),
-]
-
-_MUL_CASES = [
-    case(
-        "duplicates",
-        lambda x, i, u: _at(x)[i].multiply(u),
-        [(5, "B"), (8,), (8, "B")],
-        dtypes=[None, _I32, None],
-    ),
-    case(
-        "vmap",
-        lambda x, i, u: _vmapped("multiply")(x, i, u),
-        [(3, 4), (3, 5), (3, 5)],
-        dtypes=[None, _I32, None],
-    ),
-    *(
-        case(
-            f"duplicates_{np.dtype(t).name}",
-            lambda x, i, u: _at(x)[i].multiply(u),
-            [(4, 2), (7,), (7, 2)],
-            dtypes=[t, _I32, t],
-        )
-        for t in (np.int8, np.uint8, np.int32)
-    ),
-]
-
-_NANS = np.array([[np.nan, 1.0], [2.0, 0.5], [3.0, -1.0], [4.0, -0.5]], np.float32)
-_NAN_UPDATES = np.array([[1, 2], [np.nan, 0], [2, 7], [5, np.nan], [np.nan] * 2], np.float32)
-
-
-def _extremum_cases(method):
-    return [
-        case(
-            "duplicates",
-            lambda x, i, u: getattr(_at(x)[i], method)(u),
-            [(5, "B"), (8,), (8, "B")],
-            dtypes=[None, _I32, None],
-        ),
-        case(
-            "nan",
-            lambda x, u: getattr(_at(x)[np.array([0, 1, 1, 2, 9])], method)(u),
-            [_NANS, _NAN_UPDATES],
-        ),
-        case(
-            "window_drop",
-            _raw(f"scatter_{method}", (1,), (0,), (0, 1), mode=GatherScatterMode.FILL_OR_DROP),
-            [(5, 6), (4, 2), (4, 3)],
-            dtypes=[None, _I32, None],
-            input_range=(-1, 6),
-        ),
-        case(
-            "batching",
-            _raw(f"scatter_{method}", (2,), (1,), (1,), batching=((0,), (0,))),
-            [("B", 5, 3), ("B", 4, 1), ("B", 4, 3)],
-            dtypes=[None, _I32, None],
-        ),
-        case(
-            "opset17",
-            lambda x, i, u: getattr(_at(x)[:, i], method)(u),
-            [("B", 5, 2), (6,), ("B", 6, 2)],
-            dtypes=[None, _I32, None],
-            opset=17,
-            expect=["Loop"],
-        ),
-        case(
-            "opset17_nan",
-            lambda x, u: getattr(_at(x)[np.array([0, 1, 1, 2, 9])], method)(u),
-            [_NANS, _NAN_UPDATES],
-            opset=17,
-        ),
-        *(
-            case(
-                f"opset17_{np.dtype(t).name}",
-                _raw(f"scatter_{method}", (1,), (0,), (0, 1), mode=GatherScatterMode.CLIP),
-                [(5, 6), (4, 2), (4, 3)],
-                dtypes=[t, _I32, t],
-                input_range=(-1, 6),
-                opset=17,
-            )
-            for t in (np.int16, np.uint8, np.bool_)
-        ),
-        *(
-            case(
-                f"duplicates_{np.dtype(t).name}",
-                lambda x, i, u: getattr(_at(x)[i], method)(u),
-                [(4, 2), (7,), (7, 2)],
-                dtypes=[t, _I32, t],
-            )
-            for t in (np.int8, np.uint8, np.int32, np.bool_)
-        ),
-    ]
-
-
 _lowering(
     lax.scatter_p,
     _set,
     11,
-    _SET_CASES,
+    SET_CASES,
     "scatter -> ScatterND on the operand transposed to (indexed axes, the rest).",
+)
+_lowering(
+    lax.scatter_add_p,
+    _loop_add,
+    13,
+    [],
+    "scatter-add -> Loop of GatherND, Add, ScatterND: ScatterND has no reduction before 16.",
 )
 _lowering(
     lax.scatter_add_p,
     _reduce("add"),
     16,
-    _ADD_CASES,
+    ADD_CASES,
     "scatter-add -> ScatterND(reduction='add'), which accumulates repeated indices.",
+)
+_lowering(
+    lax.scatter_sub_p,
+    _loop_sub,
+    13,
+    [],
+    "scatter-sub -> Loop of GatherND, Sub, ScatterND: ScatterND has no reduction before 16.",
 )
 _lowering(
     lax.scatter_sub_p,
     _sub,
     16,
-    _SUB_CASES,
+    SUB_CASES,
     "scatter-sub -> ScatterND(reduction='add') of the negated updates: ONNX has no 'sub'.",
+)
+_lowering(
+    lax.scatter_mul_p,
+    _loop_mul,
+    13,
+    [],
+    "scatter-mul -> Loop of GatherND, Mul, ScatterND: ScatterND has no reduction before 16.",
 )
 _lowering(
     lax.scatter_mul_p,
     _reduce("mul"),
     16,
-    _MUL_CASES,
+    MUL_CASES,
     "scatter-mul -> ScatterND(reduction='mul').",
+)
+_lowering(
+    lax.scatter_min_p,
+    _loop_min,
+    13,
+    [],
+    "scatter-min -> Loop of GatherND, Min, ScatterND: ScatterND has no 'min' before opset 18.",
 )
 _lowering(
     lax.scatter_min_p,
     _extremum("min"),
     18,
-    _extremum_cases("min"),
+    extremum_cases("min"),
     "scatter-min -> ScatterND(reduction='min'); NaN marked by a second ScatterND (max).",
-)
-_lowering(
-    lax.scatter_min_p,
-    _loop_min,
-    17,
-    [],
-    "scatter-min -> Loop of GatherND, Min, ScatterND: ScatterND has no 'min' before opset 18.",
 )
 _lowering(
     lax.scatter_max_p,
     _loop_max,
-    17,
+    13,
     [],
     "scatter-max -> Loop of GatherND, Max, ScatterND: ScatterND has no 'max' before opset 18.",
 )
@@ -560,7 +362,7 @@ _lowering(
     lax.scatter_max_p,
     _extremum("max"),
     18,
-    _extremum_cases("max"),
+    extremum_cases("max"),
     "scatter-max -> ScatterND(reduction='max'); NaN marked by a second ScatterND (max).",
 )
 

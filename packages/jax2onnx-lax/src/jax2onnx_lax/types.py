@@ -1,4 +1,7 @@
-"""Type conversion, bit casts, and the primitives that only matter to JAX (copies, barriers)."""
+"""Type conversion and the primitives that only matter to JAX (copies, barriers).
+
+Bit casts (``bitcast_convert_type``) live in :mod:`jax2onnx_lax.bits`.
+"""
 
 from __future__ import annotations
 
@@ -7,7 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from jax2onnx.plugin import Family, case, onnx_dtype
+from jax2onnx.plugin import Family, case
 from jax2onnx_lax._casedata import INTS, edges
 
 family = Family("lax")
@@ -36,94 +39,6 @@ def convert_element_type(ctx, x, *, new_dtype, **_):
     out = ctx.cast(ctx.op.Where(in_range, x, np.zeros((), src)), dst)
     out = ctx.where(below, np.asarray(info.min, dst), out, dst)
     return ctx.where(above, np.asarray(info.max, dst), out, dst)
-
-
-def _unsigned(dtype) -> np.dtype:
-    return np.dtype(f"u{np.dtype(dtype).itemsize}")
-
-
-def _bitcast_same_width(ctx, x, src, dst):
-    """A bit reinterpretation: Cast between integers of one width, else BitCast (opset 26);
-    below opset 26 integer -> float is exact arithmetic (:func:`_bits_to_float`)."""
-    if src == dst:
-        return x
-    if src.kind in "iu" and dst.kind in "iu":
-        return ctx.cast(x, dst)
-    if ctx.opset < 26 and src.kind in "iu" and dst in _IEEE:
-        return _bits_to_float(ctx, ctx.cast(x, _SHIFTABLE[src.itemsize]), src.itemsize, dst)
-    if ctx.opset < 26:
-        raise ctx.error(
-            f"bitcast {src} -> {dst} needs ONNX BitCast (opset 26); pass opset=26 to to_onnx"
-        )
-    return ctx.op.BitCast(x, to=onnx_dtype(dst))
-
-
-_SHIFTABLE = {1: np.uint8, 2: np.uint32, 4: np.uint32, 8: np.uint64}  # ORT BitShift dtypes
-_IEEE = {np.dtype(np.float16), _BF16, np.dtype(np.float32), np.dtype(np.float64)}
-
-
-def _bits_to_float(ctx, u, width, dst):
-    """The float whose ``width``-byte IEEE bit pattern is ``u`` (unsigned, shiftable), by
-    exact arithmetic where BitCast (opset 26) is missing: sign, exponent field e and
-    mantissa m are cut out with BitShift; the value is ``(m + 2^p [e > 0]) * 2^(max(e, 1)
-    - bias - p)`` with the power of two gathered from a table (an integer below 2^(p+1)
-    times a power of two is exact, subnormals included), NaN where e is all ones and m > 0,
-    times -1 where the sign bit is set. float16/bfloat16 compute in float32 (exact)."""
-    info = jnp.finfo(dst)
-    bits, p, top = 8 * width, int(info.nmant), 2 ** int(info.nexp) - 1
-    compute = np.dtype(np.float64 if dst == np.float64 else np.float32)
-    udtype = np.dtype(_SHIFTABLE[width])
-    pad = 8 * udtype.itemsize - bits  # uint16 patterns sit in uint32
-
-    def field(left, right):
-        shifted = ctx.op.BitShift(u, np.asarray(left, udtype), direction="LEFT")
-        return ctx.op.BitShift(shifted, np.asarray(right, udtype), direction="RIGHT")
-
-    sign = ctx.cast(field(pad, pad + bits - 1), np.bool_)
-    exponent = ctx.cast(field(pad + 1, pad + 1 + p), np.int64)
-    mantissa = ctx.cast(field(pad + bits - p, pad + bits - p), compute)
-    bias = 2 ** (int(info.nexp) - 1) - 1
-    scale = [2.0 ** (max(e, 1) - bias - p) for e in range(top)] + [np.inf]
-    implicit = np.where(np.arange(top + 1) > 0, 2.0**p, 0.0).astype(compute)
-    significand = ctx.op.Add(mantissa, ctx.op.Gather(ctx.const(implicit), exponent))
-    value = ctx.op.Mul(significand, ctx.op.Gather(ctx.const(np.array(scale, compute)), exponent))
-    nan = ctx.op.And(ctx.op.Equal(exponent, np.int64(top)), ctx.op.Greater(mantissa, 0.0))
-    value = ctx.op.Where(nan, np.asarray(np.nan, compute), value)
-    one = np.ones((), compute)
-    value = ctx.op.Mul(value, ctx.op.Where(sign, -one, one))  # keeps -0.0 (ORT's Neg drops it)
-    return value if compute == dst else ctx.cast(value, dst)
-
-
-@family.lowering(lax.bitcast_convert_type_p)
-def bitcast_convert_type(ctx, x, *, new_dtype):
-    """bitcast_convert_type -> Cast between same-width integers (two's complement keeps the
-    bits), BitCast (opset 26) for floats (below it, integer -> float by exact arithmetic;
-    float -> integer is refused). Width changes split or join the unsigned bit
-    pattern little-endian with BitShift, Cast and BitwiseOr (Concat / Split on the last axis),
-    as XLA on CPU lays the bytes out."""
-    src, dst = np.dtype(ctx.avals_in[0].dtype), np.dtype(new_dtype)
-    if src.itemsize == dst.itemsize:
-        return _bitcast_same_width(ctx, x, src, dst)
-    narrow, wide = sorted((src, dst), key=lambda d: d.itemsize)
-    ratio, step = wide.itemsize // narrow.itemsize, 8 * narrow.itemsize
-    shift_dtype = np.dtype(_SHIFTABLE[wide.itemsize])
-    if src == wide:
-        bits = ctx.cast(_bitcast_same_width(ctx, x, src, _unsigned(src)), shift_dtype)
-        pieces = []
-        for i in range(ratio):
-            k = np.asarray(step * i, shift_dtype)
-            piece = ctx.cast(ctx.op.BitShift(bits, k, direction="RIGHT"), _unsigned(narrow))
-            pieces.append(ctx.op.Unsqueeze(piece, ctx.i64([-1])))
-        joined = ctx.op.Concat(*pieces, axis=-1)
-        return _bitcast_same_width(ctx, joined, _unsigned(narrow), dst)
-    bits = _bitcast_same_width(ctx, x, src, _unsigned(src))
-    pieces = ctx.op.Split(bits, axis=-1, num_outputs=ratio, _outputs=ratio)
-    result = None
-    for i, piece in enumerate(pieces):
-        piece = ctx.cast(ctx.op.Squeeze(piece, ctx.i64([-1])), shift_dtype)
-        piece = ctx.op.BitShift(piece, np.asarray(step * i, shift_dtype), direction="LEFT")
-        result = piece if result is None else ctx.op.BitwiseOr(result, piece)
-    return _bitcast_same_width(ctx, ctx.cast(result, _unsigned(dst)), _unsigned(dst), dst)
 
 
 @family.lowering(lax.stop_gradient_p, lax.copy_p)
@@ -208,70 +123,6 @@ family.add_cases(
 )
 
 
-def _bitcast_case(name, src_values, dst, *, opset=None, **kw):
-    src_values = np.asarray(src_values)
-    wide = 8 in (src_values.dtype.itemsize, np.dtype(dst).itemsize)
-    return case(
-        name,
-        lambda x: lax.bitcast_convert_type(x, dst),
-        [src_values],
-        variants=["f64" if wide else "f32"],
-        opset=opset,
-        **kw,
-    )
-
-
-_F32_BITS = np.array([1.5, -2.0, np.nan, -np.inf, 0.0, -0.0, 1e-40, 3.4e38], np.float32)
-_F16_BITS = np.array([1.5, -2.0, np.nan, -np.inf, 0.0, -0.0, 1e-7, 65504.0], np.float16)
-family.add_cases(
-    lax.bitcast_convert_type_p,
-    [
-        _bitcast_case("i32_to_u32", edges(np.int32), np.uint32, counts={"BitCast": 0}),
-        _bitcast_case("u8_to_i8", edges(np.uint8), np.int8),
-        _bitcast_case("i16_to_u16", edges(np.int16), np.uint16),
-        _bitcast_case("u64_to_i64", edges(np.uint64), np.int64),
-        _bitcast_case("f32_to_i32", _F32_BITS, np.int32, opset=26, expect=["BitCast"]),
-        _bitcast_case("i32_to_f32", edges(np.int32), np.float32, opset=26),
-        _bitcast_case("f64_to_u64", _F32_BITS.astype(np.float64), np.uint64, opset=26),
-        _bitcast_case("f16_to_i16", _F16_BITS, np.int16, opset=26),
-        _bitcast_case("u16_to_f16", edges(np.uint16), np.float16, opset=26),
-        _bitcast_case("i32_to_u8", edges(np.int32), np.uint8),
-        _bitcast_case("u8x4_to_i32", edges(np.uint8)[:4].reshape(1, 4), np.int32),
-        _bitcast_case("i16_to_i8", edges(np.int16).reshape(-1, 1), np.int8),
-        _bitcast_case("i8x2_to_u16", edges(np.int8)[:10].reshape(5, 2), np.uint16),
-        _bitcast_case("i64_to_i16", edges(np.int64), np.int16),
-        _bitcast_case("u16x4_to_u64", edges(np.uint16)[:4].reshape(1, 4), np.uint64),
-        _bitcast_case("i32_to_u16", edges(np.int32), np.uint16),
-        _bitcast_case("f32_to_u8", _F32_BITS, np.uint8, opset=26),
-        _bitcast_case(
-            "u8x4_to_f32", np.arange(16, dtype=np.uint8).reshape(4, 4), np.float32, opset=26
-        ),
-        _bitcast_case("f64_to_u32", _F32_BITS.astype(np.float64), np.uint32, opset=26),
-        # below opset 26, integer -> float bitcasts are exact arithmetic (no BitCast)
-        _bitcast_case(
-            "i32_to_f32_arith",
-            np.concatenate([edges(np.int32), _F32_BITS.view(np.int32)]),
-            np.float32,
-            counts={"BitCast": 0},
-        ),
-        _bitcast_case(
-            "u64_to_f64_arith",
-            np.concatenate([edges(np.uint64), _F32_BITS.astype(np.float64).view(np.uint64)]),
-            np.float64,
-        ),
-        _bitcast_case(
-            "u16_to_f16_arith",
-            np.concatenate([edges(np.uint16), _F16_BITS.view(np.uint16)]),
-            np.float16,
-        ),
-        _bitcast_case("u8x4_to_f32_arith", np.arange(16, dtype=np.uint8).reshape(4, 4), np.float32),
-        case(
-            "i16_to_bf16_arith",
-            lambda x: lax.bitcast_convert_type(x, _BF16).astype(np.float32),
-            [np.concatenate([edges(np.int16), np.array([0x3FC0, 0x7F81, -0x0080, 1], np.int16)])],
-        ),
-    ],
-)
 family.add_cases(
     lax.stop_gradient_p,
     [

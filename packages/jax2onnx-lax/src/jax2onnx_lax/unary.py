@@ -1,4 +1,4 @@
-"""Unary math: elementwise ops, rounding, powers, nextafter and reduce_precision.
+"""Unary math: elementwise ops, rounding and powers.
 
 Special functions (expm1, log1p, inverse trigonometric and hyperbolic functions, the erf
 family) live in :mod:`jax2onnx_lax.special`.
@@ -290,111 +290,6 @@ def integer_pow(ctx, x, *, y):
 def pow_(ctx, x, y):
     """pow -> Pow (float exponent, or an int32/int64 exponent as ONNX's T1)."""
     return ctx.op.Pow(x, y)
-
-
-_NEXT_X = np.array([1.0, 1.0, 0.0, 0.0, -1.0, np.inf, -np.inf, 2.0, np.nan, 3.0, -0.0, 1e-30])
-_NEXT_Y = np.array([2.0, 0.0, 1.0, -1.0, 5.0, 0.0, 0.0, 2.0, 1.0, np.nan, 0.0, -1.0])
-
-
-@family.lowering(
-    lax.nextafter_p,
-    min_opset=26,
-    cases=[
-        case("nextafter", lax.nextafter, [("B", 4), ("B", 4)], opset=26),
-        case("nextafter_edges", lax.nextafter, [_NEXT_X, _NEXT_Y], opset=26),
-    ],
-)
-def nextafter(ctx, x, y):
-    """nextafter -> BitCast to an integer, +-1 on the bit pattern, BitCast back.
-
-    Floats order like their sign-magnitude bit patterns, so one step toward ``y`` adds 1 to
-    the pattern when moving away from zero and subtracts 1 when moving toward it. From zero
-    the result is the smallest subnormal with the sign of ``y``; equal inputs return ``y``.
-    """
-    dt = np.dtype(ctx.avals_in[0].dtype)
-    it = np.dtype(f"int{dt.itemsize * 8}")
-    zero = np.asarray(0, dt)
-    bits = ctx.op.BitCast(x, to=onnx_dtype(it))
-    away = ctx.op.Equal(ctx.op.Greater(y, x), ctx.op.Greater(x, zero))
-    step = ctx.op.Where(away, np.asarray(1, it), np.asarray(-1, it))
-    moved = ctx.op.BitCast(ctx.op.Add(bits, step), to=onnx_dtype(dt))
-    tiny = np.asarray(np.finfo(dt).smallest_subnormal, dt)
-    from_zero = ctx.op.Where(ctx.op.Greater(y, zero), tiny, ctx.op.Neg(tiny))
-    result = ctx.op.Where(ctx.op.Equal(x, zero), from_zero, moved)
-    result = ctx.op.Where(ctx.op.Equal(x, y), y, result)
-    nan = ctx.op.Or(ctx.op.IsNaN(x), ctx.op.IsNaN(y))
-    return ctx.op.Where(nan, ctx.op.Add(x, y), result)
-
-
-# (exponent_bits, mantissa_bits) of the formats a Cast round trip rounds to exactly.
-_FORMATS = {(8, 7): "bfloat16", (5, 10): "float16", (8, 23): "float32", (11, 52): "float64"}
-
-
-@family.lowering(
-    lax.reduce_precision_p,
-    cases=[
-        case("to_bfloat16", lambda x: lax.reduce_precision(x, 8, 7), [("B", 5)], variants=["f32"]),
-        case("to_float16", lambda x: lax.reduce_precision(x, 5, 10), [("B", 5)], variants=["f32"]),
-        case("to_float32", lambda x: lax.reduce_precision(x, 8, 23), [("B", 5)]),
-        case("identity_f64", lambda x: lax.reduce_precision(x, 11, 52), [(5,)], variants=["f64"]),
-        case(
-            "to_float16_edges",
-            lambda x: lax.reduce_precision(x, 5, 10),
-            [
-                np.array(
-                    [
-                        1 + 2**-11,
-                        1 + 3 * 2**-11,
-                        65519.0,
-                        65520.0,
-                        1e-40,
-                        2**-14 - 2**-26,
-                        2**-14 - 2**-25,
-                        -(2**-15),
-                        np.nan,
-                        -np.inf,
-                        2**-14,
-                    ],
-                    np.float32,
-                )
-            ],
-        ),
-        case(
-            "to_bfloat16_edges",
-            lambda x: lax.reduce_precision(x, 8, 7),
-            [np.array([1 + 2**-8, 1 + 3 * 2**-8, 3.4e38, 1e-40, np.nan, -np.inf], np.float32)],
-        ),
-        case(
-            "to_float32_edges",
-            lambda x: lax.reduce_precision(x, 8, 23),
-            [np.array([1 + 2**-24, 1 + 3 * 2**-24, 3.5e38, 1e-40, 1e-45, np.nan, -np.inf])],
-            variants=["f64"],
-        ),
-    ],
-)
-def reduce_precision(ctx, x, *, exponent_bits, mantissa_bits):
-    """reduce_precision -> Cast to the matching float type and back (round to nearest even,
-    overflow to inf). XLA flushes results below the format's smallest normal to zero where
-    Cast would keep a subnormal; a Where does the same."""
-    dt = np.dtype(ctx.avals_in[0].dtype)
-    info = np.finfo(dt)
-    if (exponent_bits, mantissa_bits) == (info.nexp, info.nmant):
-        return ctx.op.Identity(x)
-    target = _FORMATS.get((exponent_bits, mantissa_bits))
-    if target is None or (dt == np.float64 and target != "float32"):
-        raise ctx.error(
-            f"reduce_precision to {exponent_bits} exponent and {mantissa_bits} mantissa bits "
-            f"from {dt} is not supported; supported: float32 to bfloat16 (8, 7), float16 "
-            "(5, 10) or float32 (8, 23), and float64 to float32 (8, 23)"
-        )
-    back = ctx.op.Cast(ctx.op.Cast(x, to=onnx_dtype(np.dtype(target))), to=onnx_dtype(dt))
-    if exponent_bits >= info.nexp:
-        return back
-    # Rounded to mantissa_bits at its own exponent, x stays normal iff |x| >= this threshold.
-    smallest_normal = 2.0 ** (2 - 2 ** (exponent_bits - 1))
-    threshold = np.asarray(smallest_normal * (1 - 2.0 ** -(mantissa_bits + 2)), dt)
-    flushed = ctx.op.Mul(x, np.asarray(0, dt))
-    return ctx.op.Where(ctx.op.Less(ctx.op.Abs(x), threshold), flushed, back)
 
 
 register = family.register

@@ -3,7 +3,10 @@
 Max and min pooling differentiate into these: a running selection over the
 window offsets (strided Slices, as in :mod:`jax2onnx_lax.windows`) decides which
 operand element each window picks, as XLA selects it; the JVP gathers the
-tangent there, the VJP scatter-adds the cotangent there.
+tangent there, the VJP scatter-adds the cotangent there: ScatterElements
+(reduction="add") from opset 16, below it one Pad and Add per window offset
+(ScatterElements has no reduction before 16). Both add each element's sources
+in XLA's window order, so float results are exact.
 """
 
 from __future__ import annotations
@@ -96,28 +99,24 @@ def select_and_gather_add(
     return best_t
 
 
-def select_and_scatter_add(
-    ctx, source, operand, *, select_prim, window_dimensions, window_strides, padding
-):
-    """Each window's source value added at the operand's selected element.
+def _selection(ctx, operand, select_prim, windows, strides, padding):
+    """XLA's selection per window: the offset number it picks, padded shape, offsets, axes.
 
-    The selection (XLA's: the window's first element, then move on where ``not
-    select(best, v)``) is a running Where over strided Slices recording the
-    window offset; the offset becomes a flat index into the padded windowed
-    axes (moved last and flattened), and ScatterElements(reduction="add") adds
-    the source there. Padding is sliced off the result.
+    The window's first element, then move on where ``not select(best, v)``: a
+    running Where over strided Slices of the padded operand, recording the
+    number of the window offset (row-major) it stands on.
     """
     keep = _keep(ctx, select_prim)
-    dtype = ctx.avals_in[1].dtype
-    fill = _select_fill(select_prim, dtype)
+    fill = _select_fill(select_prim, ctx.avals_in[1].dtype)
     shape = list(ctx.avals_in[1].shape)
     out_shape = list(ctx.avals_in[0].shape)
-    padding = [(int(lo), int(hi)) for lo, hi in padding]
     v, pshape = pad(ctx, operand, shape, padding, fill)
-    windows, strides = window_dimensions, window_strides
     axes = [a for a in range(len(shape)) if windows[a] > 1 or strides[a] > 1]
     if any(is_symbolic(pshape[a]) or is_symbolic(out_shape[a]) for a in axes):
-        raise ctx.error("select_and_scatter_add needs static sizes along the windowed axes")
+        raise ctx.error(
+            "select_and_scatter_add needs static sizes along the windowed axes; make those "
+            "dimensions concrete (only the others may be symbolic)"
+        )
     best = index = None
     offsets = []
     for n, ks, take in _window_slices(ctx, pshape, out_shape, windows, strides, [1] * len(shape)):
@@ -128,7 +127,27 @@ def select_and_scatter_add(
             continue
         moved = ctx.op.Not(keep(best, vk))
         best, index = ctx.op.Where(moved, vk, best), ctx.op.Where(moved, np.int64(n), index)
-    lead = [a for a in range(len(shape)) if a not in axes]
+    return index, pshape, offsets, axes
+
+
+def select_and_scatter_add(
+    ctx, source, operand, *, select_prim, window_dimensions, window_strides, padding
+):
+    """Each window's source value added at the operand's selected element.
+
+    The selection (see ``_selection``) gives each window's offset; the offset
+    becomes a flat index into the padded windowed axes (moved last and
+    flattened), and ScatterElements(reduction="add") adds the source there, in
+    window order. Padding is sliced off the result.
+    """
+    dtype = ctx.avals_in[1].dtype
+    strides = window_strides
+    padding = [(int(lo), int(hi)) for lo, hi in padding]
+    index, pshape, offsets, axes = _selection(
+        ctx, operand, select_prim, window_dimensions, strides, padding
+    )
+    out_shape = list(ctx.avals_in[0].shape)
+    lead = [a for a in range(len(pshape)) if a not in axes]
     perm = lead + axes
     padded = [int(pshape[a]) for a in axes]
     outs = [int(out_shape[a]) for a in axes]
@@ -154,6 +173,44 @@ def select_and_scatter_add(
     return y
 
 
+def select_and_scatter_add_by_offset(
+    ctx, source, operand, *, select_prim, window_dimensions, window_strides, padding
+):
+    """select_and_scatter_add without ScatterElements' reduction (opsets 13..15), exact.
+
+    Per window offset ``k`` the windows that selected ``k`` write to distinct
+    elements, on a strided grid: the source and the selected offsets are
+    dilated by the strides once (fill 0 and -1), then per offset the source
+    where the offset is ``k`` (Where) is Padded into place (``k`` before, the
+    rest after) and added. The offsets are added last to first: for one
+    operand element, a later window reaches it with a smaller offset, so this
+    adds each element's sources in window order, from 0, as XLA does.
+    """
+    dtype = ctx.avals_in[1].dtype
+    zero = np.asarray(0, dtype)
+    padding = [(int(lo), int(hi)) for lo, hi in padding]
+    index, pshape, offsets, axes = _selection(
+        ctx, operand, select_prim, window_dimensions, window_strides, padding
+    )
+    out_shape = list(ctx.avals_in[0].shape)
+    source, dshape = dilate(ctx, source, out_shape, window_strides, zero)
+    index, _ = dilate(ctx, index, out_shape, window_strides, np.int64(-1))
+    y = None
+    for n in reversed(range(len(offsets))):
+        before = [0] * len(pshape)
+        for a, k in zip(axes, offsets[n]):
+            before[a] = k
+        after = [
+            0 if a not in axes else int(pshape[a] - dshape[a]) - before[a]
+            for a in range(len(pshape))
+        ]
+        part = ctx.where(ctx.op.Equal(index, np.int64(n)), source, zero, dtype)
+        part = ctx.op.Pad(part, ctx.i64(before + after), zero)
+        y = ctx.op.Add(part, zero) if y is None else ctx.op.Add(y, part)  # 0 + x: -0 is +0
+    y, _ = pad(ctx, y, pshape, [(-lo, -hi) for lo, hi in padding], zero)
+    return y
+
+
 def _max_pool_grad(pool=max_pool):
     return lambda x: jax.grad(lambda y: (pool(y) ** 2).sum())(x)
 
@@ -165,6 +222,43 @@ def _jvp(pool):
 def _pool_1d(x):
     return lax.reduce_window(x, -jnp.inf, lax.max, (3,), (2,), ((2, 1),))
 
+
+def _weighted_grad(x, w):
+    """Overlapping windows on many ties: up to 12 different weights added at one element."""
+    pool = lambda y: lax.reduce_window(y, -jnp.inf, lax.max, (4, 3), (1, 2), ((2, 1), (0, 2)))  # noqa: E731
+    return jax.vjp(pool, x)[1](w)[0]
+
+
+_RNG = np.random.default_rng(7)
+_TIED = _RNG.integers(0, 3, (9, 7)).astype(np.float64)
+_WEIGHTS = _RNG.standard_normal((9, 4)) * 10.0 ** _RNG.uniform(-3, 3, (9, 4))
+# sums in another order than XLA's (window order) differ in the last bits: compared exactly
+_SUM_ORDER = dict(inputs=[_TIED, _WEIGHTS], tolerances={"float32": (0, 0), "float64": (0, 0)})
+
+
+family.lowering(
+    lax.select_and_scatter_add_p,
+    min_opset=13,
+    cases=[
+        case(
+            "opset13_max_pool_grad",
+            _max_pool_grad(),
+            [NHWC],
+            opset=13,
+            expect=["Pad -> Add"],
+            counts={"ScatterElements": 0},
+        ),
+        case(
+            "opset13_max_pool_grad_overlap",
+            _max_pool_grad(lambda y: max_pool(y, strides=(1,) * 4)),
+            [np.tile(TIES[None, :, :, None], (2, 1, 1, 3))],
+            opset=13,
+        ),
+        case("opset13_min_pool_grad", _max_pool_grad(min_pool), [NHWC], opset=13),
+        case("opset13_max_pool_grad_edges", _max_pool_grad(_pool_1d), [EDGES], opset=13),
+        case("opset13_sum_order", _weighted_grad, opset=13, **_SUM_ORDER),
+    ],
+)(select_and_scatter_add_by_offset)
 
 family.lowering(
     lax.select_and_scatter_add_p,
@@ -179,6 +273,7 @@ family.lowering(
         case("min_pool_grad", _max_pool_grad(min_pool), [NHWC]),
         case("max_pool_grad_1d", _max_pool_grad(_pool_1d), [(8,)]),
         case("max_pool_grad_edges", _max_pool_grad(_pool_1d), [EDGES]),
+        case("sum_order", _weighted_grad, **_SUM_ORDER),
     ],
 )(select_and_scatter_add)
 

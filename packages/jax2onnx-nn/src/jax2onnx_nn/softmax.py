@@ -406,14 +406,16 @@ standardize_p = macro(
 def standardize(ctx, x, *, axis, mean, variance, epsilon, where, algorithm):
     """One LayerNormalization (scale 1, no bias) over trailing static axes, float32/float64.
 
-    Other axes, symbolic normalized dims and other dtypes inline JAX's decomposition.
+    Other axes, symbolic normalized dims, other dtypes and
+    ``normalization_mode="force_decomposed"`` inline JAX's decomposition.
     """
     shape = ctx.avals_in[0].shape
     ndim = len(shape)
     axes = canonical_axes(axis, ndim)
     trailing = bool(axes) and axes == tuple(range(ndim - len(axes), ndim))
     dims = [shape[a] for a in axes]
-    if not trailing or any(is_symbolic(d) for d in dims):
+    decomposed = ctx.normalization_mode == "force_decomposed"
+    if decomposed or not trailing or any(is_symbolic(d) for d in dims):
         return ctx.fallback()
     scale = np.ones([int(d) for d in dims], np.dtype(ctx.avals_in[0].dtype))
     return ctx.op.LayerNormalization(x, scale, axis=axes[0], epsilon=float(epsilon))

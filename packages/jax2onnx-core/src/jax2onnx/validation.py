@@ -1,0 +1,271 @@
+"""Checking an exported model: ``allclose`` (JAX against ONNX Runtime) and the web runtime.
+
+:func:`allclose` runs the function in JAX and the model in ONNX Runtime (CPU)
+and compares; :func:`allclose_onnxruntime_web` runs the model in
+onnxruntime-web (WebAssembly, under Node.js or in headless Chromium) and
+compares it with ONNX Runtime CPU. The web runners are in :mod:`jax2onnx.web`.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+
+def _is_shape(x: Any) -> bool:
+    return isinstance(x, (tuple, list)) and all(
+        isinstance(d, (int, str)) and not isinstance(d, bool) for d in x
+    )
+
+
+def validation_inputs(inputs: Sequence[Any], seed: int = 0) -> list[Any]:
+    """``inputs`` as concrete values: shape tuples become random float32 data (string dims 2).
+
+    Arrays (key arrays too) and pytrees of arrays are kept as they are.
+    """
+    rng = np.random.default_rng(seed)
+    values = []
+    for x in inputs:
+        if _is_shape(x):
+            shape = [d if isinstance(d, int) else 2 for d in x]
+            values.append(rng.standard_normal(shape).astype(np.float32))
+        elif isinstance(x, (bool, int, float, complex, np.generic)):
+            values.append(np.asarray(x))
+        else:
+            values.append(x)
+    return values
+
+
+def stored(x: Any) -> np.ndarray:
+    """A value as the ONNX model holds it: a key array as its uint32 key data."""
+    from jax2onnx.keys import is_extended
+
+    if is_extended(getattr(x, "dtype", None)):
+        import jax
+
+        return np.asarray(jax.random.key_data(x))
+    return np.asarray(x)
+
+
+def _leaves(values: Sequence[Any]) -> list[np.ndarray]:
+    import jax
+
+    from jax2onnx.keys import is_extended
+
+    is_leaf = lambda v: is_extended(getattr(v, "dtype", None))  # noqa: E731
+    return [stored(leaf) for leaf in jax.tree_util.tree_leaves(list(values), is_leaf=is_leaf)]
+
+
+def _to_channels_first(x: np.ndarray) -> np.ndarray:
+    return np.moveaxis(x, -1, 1) if x.ndim >= 3 else x
+
+
+def _to_channels_last(x: np.ndarray) -> np.ndarray:
+    return np.moveaxis(x, 1, -1) if x.ndim >= 3 else x
+
+
+def _selected(spec: Sequence[int | str] | None, index: int, name: str) -> bool:
+    return spec is not None and (index in spec or name in spec)
+
+
+def session(model_path: str | os.PathLike[str]) -> Any:
+    """An ONNX Runtime CPU session without graph rewrites (the model's own numbers)."""
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    return ort.InferenceSession(
+        os.fspath(model_path), sess_options=options, providers=["CPUExecutionProvider"]
+    )
+
+
+_ORT_NUMPY = {
+    "tensor(float)": np.float32,
+    "tensor(double)": np.float64,
+    "tensor(float16)": np.float16,
+    "tensor(bool)": np.bool_,
+    "tensor(int8)": np.int8,
+    "tensor(int16)": np.int16,
+    "tensor(int32)": np.int32,
+    "tensor(int64)": np.int64,
+    "tensor(uint8)": np.uint8,
+    "tensor(uint16)": np.uint16,
+    "tensor(uint32)": np.uint32,
+    "tensor(uint64)": np.uint64,
+}
+
+
+def feed(
+    session: Any,
+    values: Sequence[Any],
+    input_params: Mapping[str, Any],
+    inputs_as_nchw: Sequence[int | str] | None = None,
+) -> dict[str, np.ndarray]:
+    """The model's inputs by name: the leaves of ``values`` in order, then ``input_params``."""
+    metas = [m for m in session.get_inputs() if m.name not in input_params]
+    leaves = _leaves(values)
+    if len(leaves) != len(metas):
+        raise ValueError(
+            f"the model takes {len(metas)} positional input(s) "
+            f"({', '.join(m.name for m in metas)}), {len(leaves)} were given"
+        )
+    result = {}
+    for index, (meta, leaf) in enumerate(zip(metas, leaves, strict=True)):
+        if _selected(inputs_as_nchw, index, meta.name):
+            leaf = _to_channels_first(leaf)
+        result[meta.name] = leaf
+    names = {m.name: m for m in session.get_inputs()}
+    for key, value in input_params.items():
+        if key in names:
+            result[key] = np.asarray(value, dtype=_ORT_NUMPY.get(names[key].type))
+    return result
+
+
+def compare(
+    expected: Sequence[np.ndarray], got: Sequence[np.ndarray], rtol: float, atol: float, what: str
+) -> tuple[bool, str]:
+    """Floats within ``rtol``/``atol`` (NaN equal to NaN), everything else exactly."""
+    if len(expected) != len(got):
+        return False, f"{what}: {len(expected)} outputs expected, {len(got)} produced"
+    for i, (want, have) in enumerate(zip(expected, got, strict=True)):
+        want, have = np.asarray(want), np.asarray(have)
+        if want.shape != have.shape:
+            return False, f"output {i}: shape {have.shape}, expected {want.shape} ({what})"
+        inexact = np.issubdtype(want.dtype, np.inexact) or np.issubdtype(have.dtype, np.inexact)
+        if not inexact:
+            if not np.array_equal(want, have):
+                bad = int(np.count_nonzero(want != have))
+                return False, f"output {i}: {bad} of {want.size} values differ ({what})"
+            continue
+        w, h = want.astype(np.complex128 if want.dtype.kind == "c" else np.float64), have
+        if not np.allclose(w, h, rtol=rtol, atol=atol, equal_nan=True):
+            diff = np.abs(w - h)
+            worst = float(np.nanmax(diff)) if diff.size else 0.0
+            return False, (
+                f"output {i}: max abs difference {worst:.3g} (rtol={rtol}, atol={atol}; {what})"
+            )
+    return True, f"{len(got)} output(s) match (rtol={rtol}, atol={atol}; {what})"
+
+
+def allclose(
+    fn: Callable[..., Any],
+    onnx_model_path: str | os.PathLike[str],
+    inputs: Sequence[Any],
+    input_params: Mapping[str, Any] | None = None,
+    rtol: float = 1e-3,
+    atol: float = 1e-5,
+    *,
+    enable_double_precision: bool = False,
+    inputs_as_nchw: Sequence[int | str] | None = None,
+    outputs_as_nchw: Sequence[int | str] | None = None,
+) -> tuple[bool, str]:
+    """Run ``fn`` in JAX and the ONNX model in ONNX Runtime (CPU) and compare the outputs.
+
+    Args:
+        fn: what was converted; it runs as :func:`jax2onnx.traced_callable`
+            sees it (a module in inference mode).
+        onnx_model_path: the model file.
+        inputs: concrete arrays (or pytrees of them, as ``fn`` takes them),
+            or shape tuples: random float32 data is drawn, string dims are 2.
+        input_params: keyword arguments of ``fn``; those that are graph
+            inputs of the model are fed to it by name.
+        rtol, atol: tolerances for floating outputs; other outputs must be equal.
+        enable_double_precision: run JAX with 64-bit types (as the model was
+            exported with ``enable_double_precision=True``).
+        inputs_as_nchw, outputs_as_nchw: as given to :func:`jax2onnx.to_onnx`
+            (positions or names): ``inputs`` are channels-last as ``fn``
+            takes them and are moved channels-first for the model; those
+            outputs of the model are moved channels-last before comparing.
+
+    Returns:
+        ``(matches, message)``; the message says which output differs and by
+        how much.
+    """
+    import jax
+
+    from jax2onnx.api import traced_callable
+
+    xs = validation_inputs(inputs)
+    params = dict(input_params or {})
+    ort_session = session(onnx_model_path)
+    try:
+        ort_feed = feed(ort_session, xs, params, inputs_as_nchw)
+        got = ort_session.run(None, ort_feed)
+    except Exception as err:  # a feed that does not fit the model: a failed check, said why
+        return False, f"ONNX Runtime could not run {os.fspath(onnx_model_path)!r}: {err}"
+    names = [o.name for o in ort_session.get_outputs()]
+    got = [
+        _to_channels_last(g) if _selected(outputs_as_nchw, i, names[i]) else g
+        for i, g in enumerate(got)
+    ]
+    reference = traced_callable(fn, params)
+    with jax.enable_x64(bool(enable_double_precision)):
+        out = reference(*xs, **params)
+        expected = _leaves([out])
+    return compare(expected, got, rtol, atol, "JAX vs ONNX Runtime")
+
+
+def allclose_onnxruntime_web(
+    onnx_model_path: str | os.PathLike[str],
+    inputs: Sequence[Any],
+    input_params: Mapping[str, Any] | None = None,
+    rtol: float = 1e-3,
+    atol: float = 1e-5,
+    *,
+    inputs_as_nchw: Sequence[int | str] | None = None,
+    node_command: str = "node",
+    runner: str | None = None,
+) -> tuple[bool, str]:
+    """Run the model in onnxruntime-web (WebAssembly) and compare with ONNX Runtime CPU.
+
+    A deployment check for models written with ``to_onnx(...,
+    return_mode="file", export_mode="web")``: the model runs once in ONNX
+    Runtime's Python CPU build and once in onnxruntime-web, and the outputs
+    are compared.
+
+    Args:
+        onnx_model_path: the model file.
+        inputs: concrete arrays (or shape tuples: random float32 data, string
+            dims 2), fed to the model's positional inputs in order.
+        input_params: values of the model's named runtime-parameter inputs.
+        rtol, atol: tolerances for floating outputs; other outputs must be equal.
+        inputs_as_nchw: inputs (positions or names) given channels-last that
+            the model takes channels-first.
+        node_command: the Node.js executable (the ``"node"`` runner).
+        runner: ``"node"`` (onnxruntime-web under Node.js) or ``"chrome"`` /
+            ``"browser"`` (a page in headless Chromium); default: the
+            ``JAX2ONNX_ONNXRUNTIME_WEB_RUNNER`` environment variable, else
+            ``"node"``.
+
+    The npm package ``onnxruntime-web`` is found through
+    ``JAX2ONNX_ONNXRUNTIME_WEB`` (its directory), else ``node_modules`` in
+    the working directory or one of its parents, else npm's global root.
+    Chromium is ``JAX2ONNX_CHROMIUM``, else ``chromium``, ``chromium-browser``
+    or ``google-chrome`` on ``PATH``.
+
+    Returns:
+        ``(matches, message)``; when a runtime or the browser is missing, or
+        the model fails in it, ``matches`` is False and the message says why.
+    """
+    from jax2onnx import web
+
+    name = runner if runner is not None else os.environ.get(web.RUNNER_VARIABLE, "node")
+    if not isinstance(name, str) or name.strip().lower() not in web.RUNNERS:
+        return False, f"runner must be one of {sorted(web.RUNNERS)}, got {name!r}"
+    name = web.RUNNERS[name.strip().lower()]
+    xs = validation_inputs(inputs)
+    params = dict(input_params or {})
+    try:
+        ort_session = session(onnx_model_path)
+        ort_feed = feed(ort_session, xs, params, inputs_as_nchw)
+        expected = ort_session.run(None, ort_feed)
+    except Exception as err:  # the model or the feed is at fault: say so, as for the web
+        return False, f"ONNX Runtime (CPU) could not run {os.fspath(onnx_model_path)!r}: {err}"
+    try:
+        got = web.run(name, os.fspath(onnx_model_path), ort_feed, node_command=node_command)
+    except web.WebRuntimeError as err:
+        return False, str(err)
+    return compare(expected, got, rtol, atol, f"onnxruntime-web ({name}) vs ONNX Runtime CPU")
