@@ -29,7 +29,9 @@ def _sample(opset: int) -> list:
         for v in collect_variants(PLUGINS)
         if not v.case.skip
         and not v.case.xfail
-        and (v.case.opset is None or v.case.opset <= opset)  # one written for a newer opset needs it
+        and (
+            v.case.opset is None or v.case.opset <= opset
+        )  # one written for a newer opset needs it
         and v.precision == "f32"
     ]
     variants.sort(key=lambda v: zlib.crc32(f"{v.id}@{opset}".encode()))
