@@ -5,8 +5,9 @@ sample of the cases of our plugins is converted again for other opsets and
 checked for numbers (full ONNX checker, ONNX Runtime against JAX); the graph
 expectations are skipped, as they describe the graph at the case's own opset.
 The sample is chosen by a hash of the case id, round robin over the
-plugins, so it is the same on every run and reaches every plugin. ``JAX2ONNX_OPSET_SAMPLE`` sets how many
-cases run per opset (default 60; ``all`` for every case).
+plugins, so it is the same on every run and reaches every plugin.
+``JAX2ONNX_OPSET_SAMPLE`` sets how many cases run per opset (default 60;
+``all`` for every case).
 """
 
 from __future__ import annotations

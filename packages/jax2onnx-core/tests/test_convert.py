@@ -424,3 +424,13 @@ def test_a_missing_primitive_on_complex_values_says_complex_cannot_be_exported()
         to_onnx(lambda x: jnp.real(x * (1 + 2j)), [(3,)])
     line = next(x for x in str(info.value).splitlines() if "complex values" in x)
     assert "ONNX Runtime has no complex tensor type" in line
+
+
+def test_a_default_whose_repr_fails_does_not_break_the_call_check():
+    class Opaque:  # e.g. an Equinox module bound as a lambda default
+        def __repr__(self):
+            raise TypeError("no repr")
+
+    opaque = Opaque()
+    model = to_onnx(lambda x, _m=opaque: x + 1, [(3,)])
+    assert [n.op_type for n in model.graph.node] == ["Add"]

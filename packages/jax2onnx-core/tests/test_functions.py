@@ -198,9 +198,17 @@ def test_bad_options_are_refused(options, message):
         onnx_function(**options)
 
 
-def test_class_without_call_is_refused():
-    with pytest.raises(TypeError, match="no __call__"):
+def test_class_without_call_is_accepted_and_inlined():
+    """As in jax2onnx 0.17: a helper module with methods only is left as it is."""
 
-        @onnx_function
-        class NoCall:
-            pass
+    @onnx_function
+    class Rotary:
+        def __init__(self, scale):
+            self.scale = scale
+
+        def apply(self, x):
+            return jnp.sin(x) * self.scale
+
+    model = to_onnx(lambda x: Rotary(2.0).apply(x), [(3,)])
+    assert [n.op_type for n in model.graph.node] == ["Sin", "Mul"]
+    assert not model.functions

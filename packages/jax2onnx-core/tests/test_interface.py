@@ -169,3 +169,28 @@ def test_input_params_drive_control_flow_at_runtime():
         }
         (got,) = _run(model, feed)
         np.testing.assert_allclose(got, f(x, deterministic=flag, scale=scale), rtol=1e-6)
+
+
+def test_bool_params_in_python_control_flow_become_an_if_per_flag():
+    def fn(x, deterministic=True, double=False):
+        y = x * 2 if deterministic else x + 100
+        if double:
+            y = y * 2
+        return y
+
+    model = to_onnx(fn, [(3,)], input_params={"deterministic": True, "double": False})
+    assert [n.op_type for n in model.graph.node].count("If") == 1  # nested If in its branches
+    x = np.arange(3, dtype=np.float32)
+    for deterministic in (True, False):
+        for double in (True, False):
+            feed = {"in_0": x, "deterministic": np.array(deterministic), "double": np.array(double)}
+            (got,) = _run(model, feed)
+            np.testing.assert_array_equal(got, fn(x, deterministic, double))
+
+
+def test_a_non_bool_param_in_python_control_flow_is_explained():
+    def fn(x, scale=1.0):
+        return x * 2 if scale > 0 else x
+
+    with pytest.raises(TypeError, match=r"runtime parameter \(scale\) is used in Python control"):
+        to_onnx(fn, [(3,)], input_params={"scale": 1.0})

@@ -132,6 +132,8 @@ def onnx_function(
     * ``unique``: one function per module instance (per call for a plain
       function) instead of one per distinct body structure.
 
+    On a class, calls of its instances (``__call__``) are exported; a class
+    without ``__call__`` is left as it is (its methods inline into the graph).
     Calls whose bodies have the same structure share one ``FunctionProto``;
     each call passes its own weights as inputs. Outside ``to_onnx`` the
     decorator changes nothing: the call runs as written.
@@ -174,7 +176,10 @@ def _decorate_class(cls: type, op_type: str, domain: str, unique: bool) -> type:
     owner = next((k for k in cls.__mro__ if "__call__" in k.__dict__), None)
     original = owner.__dict__["__call__"] if owner is not None else None
     if original is None:
-        raise TypeError(f"@onnx_function on class {cls.__qualname__}: it has no __call__ to export")
+        # nothing to export (a helper module used through other methods): the class stays
+        # as it is, as jax2onnx 0.17 leaves it; its computations inline into the caller
+        cls.__jax2onnx_function__ = (op_type, domain, unique)
+        return cls
 
     @functools.wraps(original)
     def __call__(self: Any, *args: Any, **kwargs: Any) -> Any:  # noqa: N807

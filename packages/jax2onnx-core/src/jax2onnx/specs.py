@@ -455,7 +455,11 @@ def check_call(fn: Any, count: int, keywords: Sequence[str]) -> None:
         parameters=[p.replace(annotation=kind.empty) for p in parameters],
         return_annotation=kind.empty,
     )
-    shown = f"fn {label if isinstance(label, str) else type(fn).__name__}{plain}"
+    name = label if isinstance(label, str) else type(fn).__name__
+    try:
+        shown = f"fn {name}{plain}"
+    except Exception:  # a default whose repr fails (a module bound as a lambda default ...)
+        shown = f"fn {name}"
     positional = [
         p for p in parameters if p.kind in (kind.POSITIONAL_ONLY, kind.POSITIONAL_OR_KEYWORD)
     ]

@@ -52,7 +52,8 @@ def trace(fn: Callable[..., Any], specs: Any, registry: Any, plugin_set: Any) ->
 
     param_names = [k for k, _ in specs.params]
     interceptions = registry.interceptions
-    try:
+
+    def make_jaxpr(target):
         with (
             contextlib.ExitStack() as keys,
             new_dimensions(specs.all_specs) as dims,
@@ -61,13 +62,25 @@ def trace(fn: Callable[..., Any], specs: Any, registry: Any, plugin_set: Any) ->
         ):
             dims.on_new = lambda: keys.enter_context(_JIT_KEY((interceptions, dims, dims.made)))
             dims.on_new()
-            closed, out_shapes = jax.make_jaxpr(flat, return_shape=True)(*specs.all_specs)
+            return jax.make_jaxpr(target, return_shape=True)(*specs.all_specs)
+
+    try:
+        try:
+            closed, out_shapes = make_jaxpr(flat)
+        except jax.errors.ConcretizationTypeError:
+            flags = _flag_positions(specs)
+            if not flags:
+                raise
+            # bool flags in Python control flow (``if deterministic:``): one branch per value
+            closed, out_shapes = make_jaxpr(_branch_on_flags(flat, flags))
     except jax.errors.ConcretizationTypeError as err:
         if param_names:
             raise TypeError(
                 f"tracing failed because a runtime parameter ({', '.join(param_names)}) is "
-                "used in Python control flow; input_params become graph inputs, so use "
-                f"jax.lax.cond/jnp.where on them instead. JAX said: {err}"
+                "used in Python control flow; input_params become graph inputs. A bool "
+                f"parameter (at most {_MAX_FLAGS}) is traced once per value and selected with an "
+                "If, which needs both values to give outputs of one shape; otherwise use "
+                f"jax.lax.cond/jnp.where on it. JAX said: {err}"
             ) from err
         raise
     except Exception as err:
@@ -81,6 +94,46 @@ def trace(fn: Callable[..., Any], specs: Any, registry: Any, plugin_set: Any) ->
         ) from err
     check_supported(closed, registry, plugin_set)
     return closed, out_shapes
+
+
+_MAX_FLAGS = 4  # 2**4 traced branches at most
+
+
+def _flag_positions(specs: Any) -> list[int]:
+    """Leaf positions of the scalar bool ``input_params`` (none when there are too many)."""
+    first = len(specs.all_specs) - len(specs.params)
+    flags = [
+        first + i
+        for i, (_, spec) in enumerate(specs.params)
+        if spec.shape == () and spec.dtype == bool
+    ]
+    return flags if len(flags) <= _MAX_FLAGS else []
+
+
+def _branch_on_flags(flat: Callable[..., Any], flags: Sequence[int]) -> Callable[..., Any]:
+    """``flat`` with each bool flag a Python constant, chosen by ``lax.cond`` on its value.
+
+    For functions that branch in Python on a runtime flag (Flax's ``deterministic``,
+    Equinox's ``inference``): the exported graph holds one If per flag, each branch the
+    function traced with that flag's value.
+    """
+
+    def branched(*leaves: Any) -> Any:
+        def choose(values: list[Any], remaining: Sequence[int]) -> Any:
+            if not remaining:
+                return flat(*values)
+            position, rest = remaining[0], remaining[1:]
+
+            def with_value(flag: bool) -> Callable[[], Any]:
+                fixed = list(values)
+                fixed[position] = flag
+                return lambda: choose(fixed, rest)
+
+            return jax.lax.cond(values[position], with_value(True), with_value(False))
+
+        return choose(list(leaves), list(flags))
+
+    return branched
 
 
 def retrace(

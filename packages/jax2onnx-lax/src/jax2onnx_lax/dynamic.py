@@ -310,19 +310,38 @@ for _target, _stand_in in (("flatnonzero", _flatnonzero), ("argwhere", _argwhere
     )
 
 
-def _compress(condition, a, axis=None, *, size=None, fill_value=0, out=None):
-    condition = jnp.asarray(condition).astype(bool)
-    if condition.ndim != 1:
+def _compress_operands(condition, a, axis):
+    """``(condition, arr, axis, length)`` as jnp.compress reads them (1-D condition, flat arr
+    for ``axis=None``)."""
+    if jnp.ndim(condition) != 1:
         raise ValueError("condition must be a 1D array")
     arr = jnp.asarray(a)
     if axis is None:
         arr, axis = jnp.ravel(arr), 0
     axis = _axis(axis, arr.ndim, "jnp.compress")
-    length = arr.shape[axis]
+    return condition, arr, axis, arr.shape[axis]
+
+
+def _compress(condition, a, axis=None, *, size=None, fill_value=0, out=None):
+    if not _traced(condition):
+        return _compress_known(np.asarray(condition).astype(bool), a, axis)
+    condition, arr, axis, length = _compress_operands(jnp.asarray(condition).astype(bool), a, axis)
     if isinstance(length, int) and condition.shape[0] > length:
         # JAX raises when a cut entry is True; ONNX Compress would ignore it
         condition = condition[:length]
     return compress_p.bind(condition, arr, axis=axis, size=new_dimension("compress"))
+
+
+def _compress_known(condition, a, axis):
+    """A condition known at conversion time: a Gather of its (static) true positions.
+
+    JAX's own ``jnp.compress`` cannot trace this inside ``to_onnx`` (it checks the
+    cut-off entries of the condition with a traced comparison)."""
+    condition, arr, axis, length = _compress_operands(condition, a, axis)
+    if isinstance(length, int) and condition[length:].any():
+        raise ValueError("condition contains entries that are out of bounds")
+    keep = np.flatnonzero(condition[:length] if isinstance(length, int) else condition)
+    return jnp.take(arr, keep.astype(_index_dtype()), axis=axis, mode="clip")
 
 
 def _axis(axis: Any, rank: int, where: str) -> int:
@@ -335,7 +354,13 @@ family.intercept(
     "jax.numpy.compress",
     compress_p,
     binder=_binder(_compress),
-    accept=lambda args: args["out"] is None and _one_traced_array("condition")(args),
+    accept=lambda args: (
+        args["out"] is None
+        and (
+            _one_traced_array("condition")(args)
+            or (args.get("size") is None and _traced(args["a"]) and not _traced(args["condition"]))
+        )
+    ),
     aliases=("jax._src.numpy.lax_numpy.compress",),  # jnp.extract and x.compress() call it
 )
 

@@ -207,6 +207,19 @@ family.add_cases(
             expect=["Compress"],
         ),
         case(
+            "known_condition",
+            lambda x: jnp.compress(np.array([True, False, True]), x, axis=1),
+            [("B", 3)],
+            expect=["Gather:Bx2"],
+            counts={"Compress": 0},
+        ),
+        case(
+            "known_condition_axis0",
+            lambda x: jnp.compress(np.array([True, False, True]), x, axis=0),
+            [np.arange(12, dtype=_F32).reshape(3, 4)],
+            counts={"Compress": 0},
+        ),
+        case(
             "size_given",
             lambda c, x: jnp.compress(c > 0, x, size=2),
             [(4,), (4,)],
