@@ -22,7 +22,7 @@ import numbers
 import os
 import time
 import types
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import jax
@@ -84,14 +84,9 @@ def check_choice(argument: str, value: Any, options: Sequence[str]) -> str:
 
 
 def _check_positions(argument: str, value: Any) -> tuple[Any, ...] | None:
-    if value is None:
-        return None
-    if isinstance(value, (str, bytes, Mapping)) or not isinstance(value, Iterable):
-        raise TypeError(
-            f"{argument} must be a list of graph {argument.split('_')[0]} (positions or names), "
-            f"got {type(value).__name__} {value!r}"
-        )
-    return tuple(value)
+    what = f"graph {argument.split('_')[0]} (positions or names)"
+    listed = specs.check_list(argument, value, what)
+    return None if listed is None else tuple(listed)
 
 
 def _check_record_file(path: Any) -> Any:

@@ -419,16 +419,23 @@ def check_params(input_params: Any) -> None:
             raise TypeError(f"input_params key {key!r} must be a Python identifier string")
 
 
+def check_list(argument: str, value: Any, expected: str) -> list[Any] | None:
+    """``value`` as a list (``None`` stays ``None``); a string, mapping or non-iterable is a
+    TypeError saying the argument takes a list of ``expected``."""
+    if value is None:
+        return None
+    if isinstance(value, (str, bytes, Mapping)) or not isinstance(value, Iterable):
+        raise TypeError(
+            f"{argument} must be a list of {expected}, got {type(value).__name__} {value!r}"
+        )
+    return list(value)
+
+
 def check_names(argument: str, names: Any) -> list[str] | None:
     """``input_names``/``output_names`` as a list of non-empty strings (or ``None``)."""
+    names = check_list(argument, names, f"strings (one per graph {argument[:-6]})")
     if names is None:
         return None
-    if isinstance(names, (str, bytes, Mapping)) or not isinstance(names, Iterable):
-        raise TypeError(
-            f"{argument} must be a list of strings (one per graph {argument[:-6]}), "
-            f"got {type(names).__name__}"
-        )
-    names = list(names)
     for i, name in enumerate(names):
         if not isinstance(name, str) or not name:
             raise TypeError(f"{argument}[{i}] must be a non-empty string, got {name!r}")

@@ -204,6 +204,7 @@ def _run_chrome(package: pathlib.Path, model: str, request: dict[str, Any]):
     files = {
         "/": (_HERE / "page.html", "text/html"),
         "/page.mjs": (_HERE / "page.mjs", "text/javascript"),
+        "/tensors.mjs": (_HERE / "tensors.mjs", "text/javascript"),
         "/model.onnx": (pathlib.Path(model), "application/octet-stream"),
     }
     body = json.dumps(request).encode()

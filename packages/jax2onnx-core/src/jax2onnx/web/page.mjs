@@ -2,13 +2,7 @@
 // The Python side serves /ort/ (the package's dist folder), /model.onnx,
 // /request.json, and receives POST /result.
 import * as ort from "/ort/ort.wasm.min.mjs";
-
-const ARRAYS = {
-  float32: Float32Array, float64: Float64Array, float16: Uint16Array,
-  int8: Int8Array, int16: Int16Array, int32: Int32Array, int64: BigInt64Array,
-  uint8: Uint8Array, uint16: Uint16Array, uint32: Uint32Array, uint64: BigUint64Array,
-  bool: Uint8Array,
-};
+import { bytesOf, toTensor } from "/tensors.mjs";
 
 function fromBase64(text) {
   const binary = atob(text);
@@ -17,8 +11,7 @@ function fromBase64(text) {
   return bytes;
 }
 
-function toBase64(data) {
-  const bytes = new Uint8Array(data.buffer, data.byteOffset, data.byteLength);
+function toBase64(bytes) {
   let binary = "";
   for (let i = 0; i < bytes.length; i += 0x8000) {
     binary += String.fromCharCode.apply(null, bytes.subarray(i, i + 0x8000));
@@ -38,15 +31,14 @@ try {
   const session = await ort.InferenceSession.create(model, { executionProviders: ["wasm"] });
   const feeds = {};
   for (const entry of request.inputs) {
-    const Kind = ARRAYS[entry.type];
-    feeds[entry.name] = new ort.Tensor(entry.type, new Kind(fromBase64(entry.data).buffer), entry.dims);
+    feeds[entry.name] = toTensor(ort, entry, fromBase64(entry.data));
   }
   const results = await session.run(feeds);
   const outputs = session.outputNames.map((name) => ({
     name,
     type: results[name].type,
     dims: Array.from(results[name].dims),
-    data: toBase64(results[name].data),
+    data: toBase64(bytesOf(results[name])),
   }));
   await post({ outputs });
 } catch (err) {

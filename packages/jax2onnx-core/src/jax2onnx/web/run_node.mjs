@@ -6,30 +6,20 @@ import { readFileSync } from "node:fs";
 import { createRequire } from "node:module";
 import path from "node:path";
 
+import { bytesOf, toTensor } from "./tensors.mjs";
+
 const [packageDir, requestPath] = process.argv.slice(2);
 const require = createRequire(path.join(path.resolve(packageDir), "package.json"));
 const ort = require(path.resolve(packageDir));
 const request = JSON.parse(readFileSync(requestPath, "utf8"));
 
-const ARRAYS = {
-  float32: Float32Array, float64: Float64Array, float16: Uint16Array,
-  int8: Int8Array, int16: Int16Array, int32: Int32Array, int64: BigInt64Array,
-  uint8: Uint8Array, uint16: Uint16Array, uint32: Uint32Array, uint64: BigUint64Array,
-  bool: Uint8Array,
-};
-
 function decode(entry) {
-  const bytes = Buffer.from(entry.data, "base64");
-  const copy = new Uint8Array(bytes.length);
-  copy.set(bytes);
-  const Kind = ARRAYS[entry.type];
-  return new ort.Tensor(entry.type, new Kind(copy.buffer), entry.dims);
+  return toTensor(ort, entry, Buffer.from(entry.data, "base64"));
 }
 
 function encode(name, tensor) {
-  const data = tensor.data;
-  const bytes = Buffer.from(data.buffer, data.byteOffset, data.byteLength);
-  return { name, type: tensor.type, dims: Array.from(tensor.dims), data: bytes.toString("base64") };
+  const data = Buffer.from(bytesOf(tensor)).toString("base64");
+  return { name, type: tensor.type, dims: Array.from(tensor.dims), data };
 }
 
 ort.env.wasm.numThreads = 1;
