@@ -419,11 +419,22 @@ def test_step_timings_are_logged_at_debug_level(caplog, tmp_path):
     assert record.getMessage().startswith("converted 'timed': plugins ")
 
 
-def test_a_missing_primitive_on_complex_values_says_complex_cannot_be_exported():
+def test_a_primitive_lowered_for_real_values_only_is_reported_on_complex_ones():
+    double_p = Primitive("double_real_only")
+    double_p.def_abstract_eval(lambda x: x)
+    rules = Rules("realonly")
+    rules.lowering(double_p)(lambda ctx, x: ctx.op.Add(x, x))
     with pytest.raises(UnsupportedPrimitiveError) as info:
-        to_onnx(lambda x: jnp.real(x * (1 + 2j)), [(3,)])
-    line = next(x for x in str(info.value).splitlines() if "complex values" in x)
-    assert "ONNX Runtime has no complex tensor type" in line
+        to_onnx(
+            lambda z: double_p.bind(z),
+            [jax.ShapeDtypeStruct((3,), np.complex64)],
+            extra_rules=[rules],
+        )
+    message = str(info.value)
+    assert "'double_real_only (on complex values)' on (complex64[3])" in message
+    assert "lowered for real values only" in message and "values='complex'" in message
+    # on real values the same rule converts
+    assert to_onnx(lambda x: double_p.bind(x), [(3,)], extra_rules=[rules]) is not None
 
 
 def test_a_default_whose_repr_fails_does_not_break_the_call_check():

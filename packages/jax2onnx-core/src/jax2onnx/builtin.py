@@ -49,6 +49,7 @@ def _closed_call(fn, *args):
     "jit",
     "pjit",
     cases=[case("nested_jit", lambda x: jax.jit(lambda y: jnp.tanh(y) * 2.0)(x), [("B", 4)])],
+    values="any",
 )
 def jit(ctx, *args, jaxpr, **_):
     """The body of a nested ``jax.jit``, inlined."""
@@ -59,6 +60,7 @@ def jit(ctx, *args, jaxpr, **_):
     "closed_call",
     "core_call",
     cases=[case("closed_call", lambda x: _closed_call(lambda y: jnp.tanh(y) + 1.0, x), [("B", 3)])],
+    values="any",
 )
 def closed_call(ctx, *args, call_jaxpr, **_):
     """Plain calls (``core.closed_call``), inlined."""
@@ -69,6 +71,7 @@ def closed_call(ctx, *args, call_jaxpr, **_):
     "remat2",
     "checkpoint",
     cases=[case("checkpoint", lambda x: jax.checkpoint(lambda y: y * y)(x), [(2, 3)])],
+    values="any",
 )
 def remat(ctx, *args, jaxpr, **_):
     """``jax.checkpoint``: rematerialisation means nothing at inference; inline the body."""
@@ -81,6 +84,7 @@ def remat(ctx, *args, jaxpr, **_):
         case("custom_jvp", _softplus, [("B", 3)]),
         case("custom_jvp_grad", jax.grad(lambda x: _softplus(x).sum()), [(4,)]),
     ],
+    values="any",
 )
 def custom_jvp_call(ctx, *args, call_jaxpr, **_):
     """A ``jax.custom_jvp`` function: its primal computation."""
@@ -93,6 +97,7 @@ def custom_jvp_call(ctx, *args, call_jaxpr, **_):
         case("custom_vjp", _doubled, [(5,)]),
         case("custom_vjp_grad", jax.grad(lambda x: (_doubled(x) * x).sum()), [(5,)]),
     ],
+    values="any",
 )
 def custom_vjp_call(ctx, *args, call_jaxpr, **_):
     """A ``jax.custom_vjp`` function: its primal computation."""
@@ -110,6 +115,7 @@ def _single_device_shard_map():
 @family.lowering(
     "shard_map",
     cases=[case("single_device", _single_device_shard_map, [("B", 3)], factory=True)],
+    values="any",
 )
 def shard_map(ctx, *args, jaxpr, mesh, **_):
     """``jax.shard_map`` on a one-device mesh is its body: inlined."""
@@ -148,6 +154,7 @@ def _composite_gelu(x):
 @family.lowering(
     "composite",
     cases=[case("composite", _composite_gelu, [("B", 3)], expect=["Tanh:Bx3 -> Add -> Mul:Bx3"])],
+    values="any",
 )
 def composite(ctx, *args, jaxpr, **_):
     """``jax.lax.composite``: its decomposition, inlined (name and version only guide XLA)."""
@@ -157,6 +164,7 @@ def composite(ctx, *args, jaxpr, **_):
 @family.lowering(
     "custom_vmap_call",
     cases=[case("custom_vmap", _vmapped_sin, [("B", 3)], expect=["Sin:Bx3"])],
+    values="any",
 )
 def custom_vmap_call(ctx, *args, call, **_):
     """A ``jax.custom_batching.custom_vmap`` function: its unbatched computation."""
@@ -172,6 +180,7 @@ def custom_vmap_call(ctx, *args, call, **_):
             [("B", 3)],
         )
     ],
+    values="any",
 )
 def remat_opt(ctx, *args, fwd_jaxpr, **_):
     """``custom_vjp`` with ``optimize_remat=True`` under ``jax.grad``: its forward pass."""
@@ -216,6 +225,7 @@ _ONLY_MUL = {"Mul": 1, "Identity": 0, "Reshape": 0}
             expect=["Loop"],
         ),
     ],
+    values="any",
 )
 def debug_effect(ctx, *args, **_):
     """``jax.debug.print``/``jax.debug.callback``: dropped.
@@ -260,6 +270,7 @@ def _checkpoint_named(x):
     "layout_constraint",
     "name",
     cases=[case("sharding_constraint", _named, [("B", 3)], factory=True, counts=_ONLY_MUL)],
+    values="any",
 )
 def passthrough(ctx, *args, **_):
     """Placement and naming annotations (sharding, memory layout, checkpoint names).
@@ -378,6 +389,7 @@ def _psum_two_axes():
         case("psum", _reduced(jax.lax.psum), [("B", 3)], factory=True, counts=_ONLY_MUL),
         case("psum_two_axes", _psum_two_axes, [("B", 3)], factory=True, counts=_ONLY_MUL),
     ],
+    values="any",
 )
 def one_device_reduction(ctx, *args, **params):
     """A reduction or broadcast over one device: every operand unchanged."""
@@ -518,6 +530,7 @@ _W = np.linspace(-1.0, 1.0, 16, dtype=np.float32).reshape(4, 4)
             counts={"ScaledTanh": 2},
         )
     ],
+    values="any",
 )
 def onnx_function_call(ctx, *args, body, op_type, domain, instance, n_params):
     """A call of an ``@onnx_function``: one node calling a shared ONNX function.

@@ -122,6 +122,14 @@ class LoweringContext:
     def avals_out(self) -> list[Any]:
         return [v.aval for v in self.eqn.outvars]
 
+    @staticmethod
+    def stored_aval(aval: Any) -> jax.ShapeDtypeStruct:
+        """The shape and dtype the graph stores an array of ``aval`` as (complex: ``[..., 2]``)."""
+        from jax2onnx.keys import physical
+
+        dtype, shape = physical(aval.dtype, aval.shape)
+        return jax.ShapeDtypeStruct(shape, dtype)
+
     @property
     def source(self) -> str:
         if self.eqn is None:
@@ -248,14 +256,25 @@ class LoweringContext:
         target = functools.partial(fn, **params) if params else fn
         return self.scope.conversion.retrace(target, structs)
 
-    def decompose(self, fn: Callable[..., Any], *inputs: ir.Value, **params: Any) -> Any:
+    def decompose(
+        self, fn: Callable[..., Any], *inputs: ir.Value, stored: bool = False, **params: Any
+    ) -> Any:
         """Inline JAX's own computation ``fn(*inputs, **params)`` into this graph.
 
         ``fn`` is traced on the avals of this equation's inputs and the result is
         lowered by the loaded rules: the fallback for dtypes or forms a rule's
         single ONNX op does not cover, with exactly JAX's numbers.
+
+        ``stored=True`` traces ``fn`` on the inputs as the graph stores them
+        (:func:`jax2onnx.plugin.stored_type`: a complex input is a float array
+        with a trailing axis of 2, real and imaginary parts); ``fn`` returns its
+        results in that form. This is how a rule for complex values
+        (``values="complex"``) writes complex arithmetic in real JAX code.
         """
-        closed = self.trace(fn, *self.avals_in[: len(inputs)], **params)
+        avals = self.avals_in[: len(inputs)]
+        if stored:
+            avals = [self.stored_aval(a) for a in avals]
+        closed = self.trace(fn, *avals, **params)
         outs = self.inline(closed, list(inputs))
         return outs[0] if len(outs) == 1 else outs
 

@@ -1,9 +1,18 @@
-"""Key arrays (JAX's extended dtypes, ``key<fry>``) in the ONNX graph.
+"""Values ONNX stores differently from JAX: key arrays and complex numbers.
 
-ONNX has no key type: a key array is stored as its key data, what
-``jax.random.key_data`` gives (uint32 with the key shape appended). The core maps
-key avals, constants and graph inputs/outputs with `physical`; rules of key
-primitives (``random_bits`` ...) work on the key data.
+Complex numbers: ONNX Runtime has no complex tensor type, so a ``complex64``
+(``complex128``) array of shape ``S`` is stored as a ``float32`` (``float64``)
+tensor of shape ``(*S, 2)``: real parts in ``[..., 0]``, imaginary parts in
+``[..., 1]``, the layout of ONNX ``DFT``. Graph inputs and outputs, constants,
+control-flow carries and function boundaries all hold that form; rules for
+equations with complex values (``Rules.lowering(..., values="complex")``) work
+on it.
+
+Key arrays (JAX's extended dtypes, ``key<fry>``): ONNX has no key type: a key
+array is stored as its key data, what ``jax.random.key_data`` gives (uint32
+with the key shape appended). The core maps key avals, constants and graph
+inputs/outputs with `physical`; rules of key primitives (``random_bits`` ...)
+work on the key data.
 
 Besides those primitives, JAX lets only layout operations touch key arrays
 (reshape, slice, gather, select ...). Their rules are written for the logical
@@ -26,6 +35,12 @@ _LAYOUT = frozenset(
 )
 
 
+_PARTS = {
+    np.dtype(np.complex64): np.dtype(np.float32),
+    np.dtype(np.complex128): np.dtype(np.float64),
+}
+
+
 def is_extended(dtype: Any) -> bool:
     """A JAX extended dtype (a key array's ``key<fry>``): no NumPy or ONNX type."""
     if dtype is None or isinstance(dtype, np.dtype):
@@ -35,18 +50,38 @@ def is_extended(dtype: Any) -> bool:
     return jax.dtypes.issubdtype(dtype, jax.dtypes.extended)
 
 
+def is_complex(dtype: Any) -> bool:
+    """A complex dtype (``complex64``, ``complex128``)."""
+    return isinstance(dtype, np.dtype) and dtype.kind == "c"
+
+
 def physical(dtype: Any, shape: Any) -> tuple[Any, tuple[Any, ...]]:
     """``(dtype, shape)`` of the tensor that stores an array of ``dtype`` and ``shape``.
 
-    A key array is stored as its key data: ``key<fry>[3]`` -> ``uint32[3, 2]``.
-    Other dtypes are unchanged.
+    A key array is stored as its key data: ``key<fry>[3]`` -> ``uint32[3, 2]``;
+    a complex array as real and imaginary parts on a trailing axis:
+    ``complex64[3]`` -> ``float32[3, 2]``. Other dtypes are unchanged.
     """
+    if is_complex(dtype):
+        return _PARTS[dtype], (*shape, 2)
     if not is_extended(dtype):
         return dtype, tuple(shape)
     from jax._src import core as jax_core
 
     element = jax_core.physical_element_aval(dtype)
     return element.dtype, (*shape, *element.shape)
+
+
+def complex_parts(array: np.ndarray) -> np.ndarray:
+    """A complex array as stored: its real and imaginary parts on a trailing axis of 2."""
+    array = np.asarray(array)
+    return np.stack([array.real, array.imag], axis=-1).astype(_PARTS[array.dtype])
+
+
+def from_parts(array: np.ndarray, dtype: Any) -> np.ndarray:
+    """The complex array of ``dtype`` a stored ``[..., 2]`` float array holds."""
+    array = np.asarray(array)
+    return (array[..., 0] + 1j * array[..., 1]).astype(dtype)
 
 
 def on_key_data(eqn: Any) -> tuple[Any, list[Any]] | None:

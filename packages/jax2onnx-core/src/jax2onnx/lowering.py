@@ -22,7 +22,7 @@ from jax2onnx.context import UNKNOWN_SOURCE, LoweringContext, source_line
 from jax2onnx.dims import DimValue, is_symbolic
 from jax2onnx.dtypes import onnx_dtype
 from jax2onnx.errors import Jax2OnnxError, LoweringError
-from jax2onnx.keys import is_extended, on_key_data, physical
+from jax2onnx.keys import complex_parts, is_complex, is_extended, on_key_data, physical
 from jax2onnx.registry import Registry, inline_fallback
 
 _SMALL_CONST = 1024  # constants up to this many elements are shared by value
@@ -163,8 +163,11 @@ class GraphScope:
         if is_extended(getattr(value, "dtype", None)):
             value = jax.random.key_data(value)  # a key array constant: its uint32 key data
         array = np.asarray(value, dtype=dtype)
-        if array.dtype == np.float64 and dtype is None and not jax.config.jax_enable_x64:
-            array = array.astype(np.float32)
+        if dtype is None and not jax.config.jax_enable_x64:
+            narrow = {np.float64: np.float32, np.complex128: np.complex64}.get(array.dtype.type)
+            array = array if narrow is None else array.astype(narrow)
+        if is_complex(array.dtype):
+            array = complex_parts(array)  # stored as real and imaginary parts
         key = None
         if array.size <= _SMALL_CONST:
             key = (array.dtype.str, array.shape, array.tobytes())
@@ -309,11 +312,15 @@ class GraphScope:
     def _lower_eqn(self, eqn: Any, env: dict[Any, ir.Value]) -> None:
         name = eqn.primitive.name
         conversion = self.conversion
-        lowering = conversion.registry.lookup(name, conversion.opset)
+        on_complex = touches_complex(eqn)
+        lowering = conversion.registry.lookup(name, conversion.opset, complex=on_complex)
         if lowering is None:
+            where = source_line(eqn, conversion.source)
+            if on_complex and not conversion.registry.lowerings(name, complex=True):
+                raise LoweringError(_no_complex_lowering(conversion.registry, eqn, where))
             raise LoweringError(
                 _no_lowering_at_opset(
-                    conversion.registry, name, conversion.opset, source_line(eqn, conversion.source)
+                    conversion.registry, name, conversion.opset, where, complex=on_complex
                 )
             )
         inputs = [self._read(env, v) for v in eqn.invars]
@@ -326,7 +333,11 @@ class GraphScope:
             return
         ctx = LoweringContext(self, eqn, inputs)
         rule = lowering.fn
-        if lowering.native_dtypes is not None and not _native(eqn, lowering.native_dtypes):
+        if (
+            lowering.native_dtypes is not None
+            and not on_complex
+            and not _native(eqn, lowering.native_dtypes)
+        ):
             rule = inline_fallback
         outer, conversion.current = conversion.current, name
         outer_source = conversion.source
@@ -445,8 +456,26 @@ def stamp(value: ir.Value, aval: Any, name: str = "?", lowering: Any = None) -> 
     value.shape = ir_shape(shape)
 
 
-def _no_lowering_at_opset(registry: Registry, name: str, opset: int, where: str) -> str:
-    available = registry.lowerings(name)
+def touches_complex(eqn: Any) -> bool:
+    """Whether an equation has a complex input or output."""
+    return any(is_complex(getattr(v.aval, "dtype", None)) for v in (*eqn.invars, *eqn.outvars))
+
+
+def _no_complex_lowering(registry: Registry, eqn: Any, where: str) -> str:
+    name = eqn.primitive.name
+    owners = sorted({lw.plugin for lw in registry.lowerings(name)})
+    return (
+        f"primitive {name!r} at {where} has no lowering for complex values "
+        f"({_avals(eqn.invars)} -> {_avals(eqn.outvars)}); plugin(s) {owners} lower it for "
+        "real values only. Keep this operation on real values (split complex numbers with "
+        "jnp.real/jnp.imag), or add a rule with rules.lowering(..., values='complex')"
+    )
+
+
+def _no_lowering_at_opset(
+    registry: Registry, name: str, opset: int, where: str, complex: bool = False
+) -> str:
+    available = registry.lowerings(name, complex=complex)
     needs = min(lw.min_opset for lw in available) if available else None
     return (
         f"primitive {name!r} at {where} has no lowering for opset {opset}; "

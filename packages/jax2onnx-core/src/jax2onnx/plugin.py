@@ -36,6 +36,7 @@ from jax2onnx.errors import (
     UsageError,
 )
 from jax2onnx.hookspecs import hookimpl
+from jax2onnx.keys import from_parts as complex_array
 from jax2onnx.keys import is_extended as is_key_dtype
 from jax2onnx.keys import physical as stored_type
 from jax2onnx.prepare import PrepareConfig
@@ -46,6 +47,7 @@ if TYPE_CHECKING:
     from jax2onnx.kernels import has_kernel, kernel_dtype, kernel_dtypes
     from jax2onnx.macro import batch_at_front, call_arguments
     from jax2onnx.specs import new_dimension
+    from jax2onnx.validation import stored as stored_array
 
 _LAZY = {
     # onnx_ir and jax.interpreters load with the converter, not with a plugin's import
@@ -57,7 +59,10 @@ _LAZY = {
     "kernel_dtype": "jax2onnx.kernels",
     "kernel_dtypes": "jax2onnx.kernels",
     "new_dimension": "jax2onnx.specs",
+    "stored_array": "jax2onnx.validation",
 }
+
+_RENAMED = {"stored_array": "stored"}
 
 
 def __getattr__(name: str):
@@ -66,7 +71,7 @@ def __getattr__(name: str):
         raise AttributeError(f"module 'jax2onnx.plugin' has no attribute {name!r}")
     import importlib
 
-    return getattr(importlib.import_module(module), name)
+    return getattr(importlib.import_module(module), _RENAMED.get(name, name))
 
 
 __all__ = [
@@ -89,6 +94,7 @@ __all__ = [
     "batch_at_front",
     "call_arguments",
     "case",
+    "complex_array",
     "has_kernel",
     "hookimpl",
     "is_key_dtype",
@@ -97,5 +103,6 @@ __all__ = [
     "kernel_dtypes",
     "new_dimension",
     "onnx_dtype",
+    "stored_array",
     "stored_type",
 ]

@@ -21,6 +21,7 @@ import numpy as np
 from jax2onnx.cases import Case
 
 LoweringFn = Callable[..., Any]
+_VALUES = ("real", "complex", "any")
 
 
 def primitive_name(primitive: Any) -> str:
@@ -48,6 +49,11 @@ class Lowering:
     dtypes; otherwise the core inlines the fallback (``fallback``, or the
     macro primitive's ``impl``). ``fallback``: JAX's computation of the
     primitive, ``fallback(*inputs, **params)``, for ``ctx.fallback()``.
+    ``values``: which equations the rule lowers: ``"real"`` (no complex input
+    or output), ``"complex"`` (some complex input or output; the rule gets
+    and returns complex values in their stored form, float ``[..., 2]``) or
+    ``"any"`` (both: the rule never looks at what its values hold, like the
+    rules of calls and control flow).
     """
 
     primitive: str
@@ -57,6 +63,12 @@ class Lowering:
     override: bool = False
     native_dtypes: frozenset[np.dtype] | None = None
     fallback: Callable[..., Any] | None = None
+    values: str = "real"
+
+    @property
+    def tables(self) -> tuple[str, ...]:
+        """The kinds of equations it lowers: ``("real",)``, ``("complex",)`` or both."""
+        return ("real", "complex") if self.values == "any" else (self.values,)
 
     @property
     def where(self) -> str:
@@ -174,6 +186,7 @@ class Rules:
         cases: Iterable[Case] = (),
         native_dtypes: Iterable[Any] | None = None,
         fallback: Callable[..., Any] | None = None,
+        values: str = "real",
     ) -> Callable[[LoweringFn], LoweringFn]:
         """Register the decorated function as the lowering of ``primitives``.
 
@@ -184,16 +197,29 @@ class Rules:
         the target opset allows is used. With ``native_dtypes`` the rule runs
         only for inputs of those dtypes (what its ONNX op has kernels for); other
         inputs inline ``fallback`` (default: the macro primitive's ``impl``).
+
+        ``values="complex"`` registers the rule for the equations of
+        ``primitives`` that have a complex input or output (a primitive may have
+        one rule for real and one for complex values); it receives and returns
+        complex values as stored, float tensors with a trailing axis of 2 (see
+        ``ctx.decompose(..., stored=True)``). ``values="any"``: one rule for
+        both. An equation with complex values and no complex rule inlines the
+        primitive's fallback when it has one, and is reported as unsupported
+        otherwise.
         """
         if not primitives:
             raise TypeError("rules.lowering needs at least one primitive")
+        if values not in _VALUES:
+            raise ValueError(f"values must be one of {_VALUES}, got {values!r}")
         names = [primitive_name(p) for p in primitives]
         cases = tuple(cases)
         natives = _dtype_set(native_dtypes)
 
         def register(fn: LoweringFn) -> LoweringFn:
             for name in names:
-                lowering = Lowering(name, fn, self.name, min_opset, override, natives, fallback)
+                lowering = Lowering(
+                    name, fn, self.name, min_opset, override, natives, fallback, values
+                )
                 self._add_lowering(lowering)
             self._check_open("cases")
             for c in cases:
@@ -208,6 +234,7 @@ class Rules:
             if (
                 existing.primitive == lowering.primitive
                 and existing.min_opset == lowering.min_opset
+                and set(existing.tables) & set(lowering.tables)
             ):
                 raise ValueError(
                     f"plugin {self.name!r} lowers {lowering.primitive!r} twice at min_opset "

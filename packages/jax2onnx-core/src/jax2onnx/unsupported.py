@@ -13,8 +13,6 @@ import importlib.metadata
 import sys
 from typing import Any
 
-import numpy as np
-
 from jax2onnx.context import UNKNOWN_SOURCE, source_line
 from jax2onnx.errors import UnsupportedPrimitiveError
 
@@ -65,9 +63,18 @@ def check_supported(
     first, then the line inside the lowering.
     """
     missing: dict[str, tuple[Any, str]] = {}
+    from jax2onnx.lowering import touches_complex
+
     for eqn, line in iter_equations(closed, enclosing or UNKNOWN_SOURCE):
         name = eqn.primitive.name
-        if name not in registry and name not in missing:
+        if touches_complex(eqn) and name in registry:
+            name = f"{name} (on complex values)"
+            if registry.handles(eqn.primitive.name, complex=True) or name in missing:
+                continue
+            if enclosing is not None and line != enclosing:
+                line = f"{enclosing}, in a lowering's decomposition at {line}"
+            missing[name] = (eqn, line)
+        elif name not in registry and name not in missing:
             if enclosing is not None and line != enclosing:
                 line = f"{enclosing}, in a lowering's decomposition at {line}"
             missing[name] = (eqn, line)
@@ -80,7 +87,7 @@ def check_supported(
     for name, (eqn, line) in missing.items():
         avals = ", ".join(v.aval.str_short() for v in eqn.invars) or "no inputs"
         lines.append(f"  - {name!r} on ({avals}) at {line}")
-        lines.append(f"    {_advice(eqn, plugins)}")
+        lines.append(f"    {_advice(eqn, plugins, registry)}")
     if plugin_set is not None:
         loaded = ", ".join(f"{p.name} {p.version}" for p in plugins) or "none"
         lines.append(f"Loaded plugins: {loaded}")
@@ -94,13 +101,14 @@ def check_supported(
     raise UnsupportedPrimitiveError("\n".join(lines))
 
 
-def _advice(eqn: Any, plugins: tuple[Any, ...]) -> str:
-    if _touches_complex(eqn):
-        return (
-            "complex values cannot be exported: ONNX Runtime has no complex tensor type. "
-            "Keep complex arithmetic outside the converted function"
-        )
+def _advice(eqn: Any, plugins: tuple[Any, ...], registry: Any) -> str:
     name = eqn.primitive.name
+    if name in registry:  # lowered for real values, not for complex ones
+        return (
+            "it is lowered for real values only: keep this operation on real values "
+            "(jnp.real / jnp.imag), or add a rule with rules.lowering(..., values='complex') "
+            "(see the plugin guide)"
+        )
     write_one = (
         "write a lowering (see the plugin guide) and pass it with "
         "to_onnx(..., extra_rules=[rules]), or publish a jax2onnx plugin"
@@ -155,8 +163,3 @@ def _installed_not_loaded(plugin_set: Any) -> str:
             dist = ep.dist.name if ep.dist is not None else "?"
             idle.append(f"{ep.name} ({dist})")
     return ", ".join(sorted(set(idle)))
-
-
-def _touches_complex(eqn: Any) -> bool:
-    dtypes = [getattr(v.aval, "dtype", None) for v in (*eqn.invars, *eqn.outvars)]
-    return any(isinstance(d, np.dtype) and d.kind == "c" for d in dtypes)

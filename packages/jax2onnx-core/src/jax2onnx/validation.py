@@ -40,14 +40,16 @@ def validation_inputs(inputs: Sequence[Any], seed: int = 0) -> list[Any]:
 
 
 def stored(x: Any) -> np.ndarray:
-    """A value as the ONNX model holds it: a key array as its uint32 key data."""
-    from jax2onnx.keys import is_extended
+    """A value as the ONNX model holds it: a key array as its uint32 key data, a
+    complex array as float real and imaginary parts on a trailing axis of 2."""
+    from jax2onnx.keys import complex_parts, is_complex, is_extended
 
     if is_extended(getattr(x, "dtype", None)):
         import jax
 
         return np.asarray(jax.random.key_data(x))
-    return np.asarray(x)
+    array = np.asarray(x)
+    return complex_parts(array) if is_complex(array.dtype) else array
 
 
 def _leaves(values: Sequence[Any]) -> list[np.ndarray]:

@@ -47,7 +47,7 @@ def _select_branch(ctx: Any, index: Any, first: int, branches, operands, avals) 
     return list(outs) if len(avals) > 1 else [outs]
 
 
-@family.lowering(lax.cond_p)
+@family.lowering(lax.cond_p, values="any")
 def cond(ctx, index, *operands, branches, **_):
     """cond -> If; more than two branches nest Ifs, one equality test per level.
 
@@ -79,7 +79,7 @@ def _any(ctx: Any, pred: Any) -> Any:
     return ctx.cast(count, np.bool_)
 
 
-@family.lowering(lax.while_p)
+@family.lowering(lax.while_p, values="any")
 def while_(ctx, *args, cond_jaxpr, body_jaxpr, cond_nconsts, body_nconsts):
     """while -> one Loop without a trip count.
 
@@ -125,7 +125,7 @@ def _where_active(ctx: Any, active: Any, aval: Any, new: Any, old: Any) -> Any:
     return ctx.op.Where(active, new, old)
 
 
-@family.lowering(lax.scan_p)
+@family.lowering(lax.scan_p, values="any")
 def scan(ctx, *args, jaxpr, length, reverse, num_consts, num_carry, **_):
     """scan -> Loop with trip count ``length``; ys are the Loop's scan outputs.
 

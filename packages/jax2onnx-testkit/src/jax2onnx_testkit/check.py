@@ -13,7 +13,7 @@ import numpy as np
 import onnx
 
 from jax2onnx import to_onnx, traced_callable
-from jax2onnx.plugin import Case, Rules
+from jax2onnx.plugin import Case, Rules, complex_array, stored_array
 from jax2onnx_testkit.expect import expect_graph
 
 # (rtol, atol) by dtype name; a case may override any of them.
@@ -58,9 +58,9 @@ def _has_float_inputs(c: Case) -> bool:
     for i, spec in enumerate(c.inputs):
         if isinstance(spec, tuple):
             dtype = None if c.dtypes is None else c.dtypes[i]
-            if dtype is None or np.issubdtype(np.dtype(dtype), np.floating):
+            if dtype is None or np.issubdtype(np.dtype(dtype), np.inexact):
                 return True
-        elif np.issubdtype(np.asarray(spec).dtype, np.floating):
+        elif np.issubdtype(np.asarray(spec).dtype, np.inexact):
             return True
     return False
 
@@ -97,6 +97,8 @@ def input_dtype(c: Case, i: int, precision: str) -> np.dtype:
     if dtype is None:
         return _float(precision)
     dtype = np.dtype(dtype)
+    if dtype.kind == "c":  # complex cases run at both precisions, like float ones
+        return np.dtype(np.complex128 if precision == "f64" else np.complex64)
     if precision == "f32" and dtype.itemsize == 8 and dtype.kind in "fiu":
         raise ValueError(f"case {c.name!r}: 64-bit input dtype {dtype} needs variants=['f64']")
     return dtype
@@ -107,10 +109,7 @@ def _concrete(c: Case, precision: str, sizes: dict[str, int], seed: int) -> list
     arrays = []
     for i, spec in enumerate(c.inputs):
         if not isinstance(spec, tuple):
-            array = np.asarray(spec)
-            if precision == "f32" and array.dtype == np.float64:
-                array = array.astype(np.float32)
-            arrays.append(array)
+            arrays.append(_at_precision(np.asarray(spec), precision))
             continue
         shape = tuple(_eval_dim(d, sizes) for d in spec)
         dtype = input_dtype(c, i, precision)
@@ -121,11 +120,32 @@ def _concrete(c: Case, precision: str, sizes: dict[str, int], seed: int) -> list
             lo, hi = c.input_range or ((0, 10) if unsigned else (-5, 6))
             arrays.append(rng.integers(int(lo), int(hi), size=shape).astype(dtype))
         elif c.input_range is not None:
-            lo, hi = c.input_range
-            arrays.append(rng.uniform(lo, hi, size=shape).astype(dtype))
+            arrays.append(_drawn(rng, shape, dtype, c.input_range))
         else:
-            arrays.append(rng.standard_normal(shape).astype(dtype))
+            arrays.append(_drawn(rng, shape, dtype, None))
     return arrays
+
+
+def _drawn(rng: Any, shape: Any, dtype: np.dtype, bounds: Any) -> np.ndarray:
+    """Random data of ``dtype``: complex numbers get independent real and imaginary parts."""
+
+    def draw() -> np.ndarray:
+        if bounds is None:
+            return rng.standard_normal(shape)
+        return rng.uniform(bounds[0], bounds[1], size=shape)
+
+    if dtype.kind == "c":
+        return (draw() + 1j * draw()).astype(dtype)
+    return draw().astype(dtype)
+
+
+def _at_precision(array: np.ndarray, precision: str) -> np.ndarray:
+    """A case's fixed input at the variant's precision (64-bit floats narrowed for f32)."""
+    if precision == "f32":
+        narrow = {np.float64: np.float32, np.complex128: np.complex64}.get(array.dtype.type)
+        if narrow is not None:
+            return array.astype(narrow)
+    return array
 
 
 def case_specs(c: Case, precision: str, sizes: dict[str, int] | None) -> list[Any]:
@@ -136,9 +156,7 @@ def case_specs(c: Case, precision: str, sizes: dict[str, int] | None) -> list[An
     specs = []
     for i, spec in enumerate(c.inputs):
         if not isinstance(spec, tuple):
-            array = np.asarray(spec)
-            if precision == "f32" and array.dtype == np.float64:
-                array = array.astype(np.float32)
+            array = _at_precision(np.asarray(spec), precision)
             specs.append(jax.ShapeDtypeStruct(array.shape, array.dtype))
             continue
         if sizes is not None:
@@ -163,11 +181,13 @@ def compare(c: Case, expected: Sequence[Any], got: Sequence[np.ndarray], where: 
         raise AssertionError(f"{where}: JAX gives {len(expected)} outputs, ONNX Runtime {len(got)}")
     for i, (want, have) in enumerate(zip(expected, got, strict=True)):
         want = np.asarray(want)
+        if want.dtype.kind == "c" and have.dtype.kind == "f" and have.shape[-1:] == (2,):
+            have = complex_array(have, want.dtype)  # stored as real and imaginary parts
         if want.dtype != have.dtype:
             raise AssertionError(f"{where}: output {i} dtype {have.dtype}, JAX {want.dtype}")
         if want.shape != have.shape:
             raise AssertionError(f"{where}: output {i} shape {have.shape}, JAX {want.shape}")
-        rtol, atol = _tolerance(c, want.dtype)
+        rtol, atol = _tolerance(c, _real_dtype(want.dtype))
         if want.dtype.kind in "fc" or want.dtype.name == "bfloat16":
             wide = np.complex128 if want.dtype.kind == "c" else np.float64
             with np.errstate(invalid="ignore"):  # NaN of bfloat16 widens with a warning
@@ -182,6 +202,13 @@ def compare(c: Case, expected: Sequence[Any], got: Sequence[np.ndarray], where: 
                 f"{where}: output {i} differs from JAX ({_worst(w, h)}; rtol={rtol}, atol={atol})\n"
                 f"JAX:  {np.array2string(w.ravel()[:12])}\nONNX: {np.array2string(h.ravel()[:12])}"
             )
+
+
+def _real_dtype(dtype: np.dtype) -> np.dtype:
+    """The dtype whose tolerances apply: a complex dtype's part dtype."""
+    if dtype.kind != "c":
+        return dtype
+    return np.dtype(np.float64 if dtype == np.complex128 else np.float32)
 
 
 def _worst(w: np.ndarray, h: np.ndarray) -> str:
@@ -234,7 +261,7 @@ def check_case(variant: CaseVariant) -> onnx.ModelProto:
     seed = zlib.crc32(variant.id.encode())
     for sizes in run_sizes:
         args = _concrete(c, variant.precision, sizes, seed)
-        feed = dict(zip(names[: len(args)], args, strict=True))
+        feed = dict(zip(names[: len(args)], map(stored_array, args), strict=True))
         for key, value in params.items():
             meta = next(i for i in session.get_inputs() if i.name == key)
             feed[key] = np.asarray(value, dtype=_ort_numpy(meta.type))
