@@ -9,6 +9,7 @@ own computation), so a rule body stays a few lines of ONNX ops.
 from __future__ import annotations
 
 import functools
+import os
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -31,15 +32,22 @@ def source_line(eqn: Any, enclosing: str = UNKNOWN_SOURCE) -> str:
 
     Equations traced inside library code (the body of ``jnp.linalg.solve``,
     of ``jax.random.normal`` ...) carry no frame of the user's; they get
-    ``enclosing``, the line of the user's call that contains them.
+    ``enclosing``, the line of the user's call that contains them. Frames in
+    the core itself (the stand-in an interception installs) are skipped, so a
+    macro primitive's equation names the user's call of the intercepted function.
     """
     from jax._src import source_info_util
 
     try:
-        line = source_info_util.summarize(eqn.source_info)
+        frames = source_info_util.user_frames(eqn.source_info.traceback)
+        frame = next((f for f in frames if not f.file_name.startswith(_CORE_DIR)), None)
+        line = source_info_util._summarize_frame(frame) if frame is not None else ""
     except Exception:  # pragma: no cover - source info is best effort
         line = ""
     return line or enclosing
+
+
+_CORE_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "")
 
 
 class OpBuilder:

@@ -81,7 +81,9 @@ def complex_parts(array: np.ndarray) -> np.ndarray:
 def from_parts(array: np.ndarray, dtype: Any) -> np.ndarray:
     """The complex array of ``dtype`` a stored ``[..., 2]`` float array holds."""
     array = np.asarray(array)
-    return (array[..., 0] + 1j * array[..., 1]).astype(dtype)
+    result = np.empty(array.shape[:-1], dtype)
+    result.real, result.imag = array[..., 0], array[..., 1]  # re + 1j*im makes inf*1j NaN
+    return result
 
 
 def on_key_data(eqn: Any) -> tuple[Any, list[Any]] | None:

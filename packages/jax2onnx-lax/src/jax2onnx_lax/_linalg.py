@@ -102,6 +102,7 @@ def triangular_solve(
     lower: bool,
     transpose_a: bool,
     unit_diagonal: bool,
+    conjugate_a: bool = False,
     **_: Any,
 ) -> Any:
     """Solve ``op(a) x = b`` or ``x op(a) = b`` by substitution, one row at a time.
@@ -109,8 +110,10 @@ def triangular_solve(
     Both forms become ``m y = c`` with ``m`` triangular: ``x op(a) = b`` is
     ``op(a)^T x^T = b^T``. Row ``i`` of ``y`` is ``(c_i - m[i, solved] y) / m[i, i]``
     with the unsolved rows of ``y`` still zero; the other triangle of ``a`` (and
-    its diagonal when ``unit_diagonal``) is masked out, never read.
+    its diagonal when ``unit_diagonal``) is masked out, never read. ``conjugate_a``
+    conjugates ``a`` first (``op(a) = a^H`` with ``transpose_a``).
     """
+    a = jnp.conj(a) if conjugate_a else a
     flip = transpose_a != (not left_side)  # m = a^T
     m = jnp.swapaxes(a, -1, -2) if flip else a
     forward = lower != flip  # m is lower triangular: solve top-down
@@ -134,11 +137,12 @@ def triangular_solve(
 
 
 def cholesky(a: Any) -> Any:
-    """Left-looking Cholesky, one column per step, from the lower triangle of ``a``.
+    """Left-looking Cholesky ``a = l l^H``, one column per step, from the lower triangle.
 
     Like LAPACK's potrf as JAX calls it, the strict upper triangle of the result
     is the input's, and a matrix that is not positive definite (a pivot that is
-    not > 0, or NaN) gives NaN everywhere.
+    not > 0, or NaN) gives NaN everywhere. For complex ``a`` the pivots are the
+    real parts of the diagonal entries (as zpotrf).
     """
     n = a.shape[-1]
     batch = a.shape[:-2]
@@ -146,9 +150,9 @@ def cholesky(a: Any) -> Any:
     def body(j, carry):
         low, ok = carry
         rows = iota(n, j)
-        col = index(a, j, -1) - jnp.einsum("...ik,...k->...i", low, index(low, j, -2))
-        d = index(col, j, -1)
-        root = jnp.sqrt(d)[..., None]
+        col = index(a, j, -1) - jnp.einsum("...ik,...k->...i", low, jnp.conj(index(low, j, -2)))
+        d = jnp.real(index(col, j, -1))
+        root = jnp.sqrt(d)[..., None].astype(a.dtype)
         col = jnp.where(rows > j, col / root, jnp.where(rows == j, root, 0))
         return jnp.where((rows == j)[None, :], col[..., :, None], low), ok & (d > 0)
 
@@ -185,7 +189,8 @@ def cholesky_update(r: Any, w: Any) -> Any:
 
 
 def lu(a: Any) -> tuple[Any, Any, Any]:
-    """LU with partial pivoting (the first largest ``|a_ij|`` of the column, as LAPACK).
+    """LU with partial pivoting (the first largest ``|a_ij|`` of the column, as LAPACK;
+    for complex entries ``|Re a_ij| + |Im a_ij|``, as BLAS's izamax).
 
     Right-looking: step ``j`` swaps the pivot row up, scales the column below it
     (not when the pivot is 0, as LAPACK) and subtracts the rank-one update from
@@ -200,7 +205,11 @@ def lu(a: Any) -> tuple[Any, Any, Any]:
     def body(j, carry):
         a, pivots, perm = carry
         rows, cols = iota(m, j), iota(n, j)
-        mag = jnp.where(rows >= j, jnp.abs(index(a, j, -1)), -1)
+        col = index(a, j, -1)
+        size = (
+            jnp.abs(jnp.real(col)) + jnp.abs(jnp.imag(col)) if jnp.iscomplexobj(a) else jnp.abs(col)
+        )
+        mag = jnp.where(rows >= j, size, -1)
         p = jnp.argmax(mag, axis=-1).astype(np.int32)
         a, perm = swap_rows(a, j, p), swap_rows(perm, j, p)
         pivots = jnp.where(iota(k, j) == j, p[..., None], pivots)

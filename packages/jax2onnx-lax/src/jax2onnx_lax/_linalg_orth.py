@@ -1,8 +1,9 @@
 """Orthogonal factorizations written in JAX, for the ``linalg_qr``/``linalg_eig`` lowerings.
 
-* Householder QR in LAPACK's convention (``geqrf``'s reflectors ``H = I - tau v v^T``
-  with ``v[0] = 1`` and ``beta = -sign(alpha) * ||x||``), so Q and R come out as
-  JAX's CPU backend computes them, signs included.
+* Householder QR in LAPACK's convention (``geqrf``'s reflectors ``H = I - tau v v^H``
+  with ``v[0] = 1`` and ``beta = -sign(Re alpha) * ||x||``, larfg's ``tau``), so Q and
+  R come out as JAX's CPU backend computes them, signs (phases) included, for real
+  and complex matrices.
 * Cyclic Jacobi for the symmetric eigenproblem and one-sided (Hestenes) Jacobi
   for the SVD. Each sweep visits all pairs in ``n - 1`` rounds of ``n / 2``
   disjoint rotations (a round-robin schedule, padded to even ``n`` with a row and
@@ -37,6 +38,43 @@ def _reflector(a, j, m):
     return jnp.where(rows > j, index(a, j, -1), jnp.where(rows == j, 1, 0).astype(a.dtype))
 
 
+def larfg(alpha: Any, x: Any, rows_below: Any) -> tuple[Any, Any, Any]:
+    """LAPACK's larfg for ``(alpha, x)`` (``x`` read only where ``rows_below``).
+
+    Returns ``(beta, tau, v_below)``: ``H^H (alpha; x) = (beta; 0)`` with
+    ``H = I - tau v v^H``, ``v = (1; v_below)``, ``beta`` real. ``tau = 0``
+    (``beta = alpha``) when ``x = 0`` and ``alpha`` is real. The norm is scaled
+    by the largest entry.
+    """
+    x = jnp.where(rows_below, x, 0)
+    big = jnp.maximum(jnp.max(jnp.abs(x), axis=-1), jnp.abs(alpha))
+    big = jnp.where(big == 0, 1, big)
+    xs = x / big[..., None].astype(x.dtype)
+    xnorm2 = jnp.sum(jnp.real(xs * jnp.conj(xs)), axis=-1)
+    ar, ai = jnp.real(alpha) / big, jnp.imag(alpha) / big
+    trivial = (xnorm2 == 0) & (ai == 0)
+    norm = big * jnp.sqrt(ar * ar + ai * ai + xnorm2)
+    beta = jnp.where(trivial, jnp.real(alpha), jnp.where(ar >= 0, -norm, norm))
+    safe_beta = jnp.where(trivial, 1, beta).astype(alpha.dtype)
+    tau = jnp.where(trivial, 0, (safe_beta - alpha) / safe_beta)
+    scale = 1 / jnp.where(trivial, 1, alpha - safe_beta)
+    return beta, tau, jnp.where(rows_below, x * scale[..., None], 0)
+
+
+def _householder_step_complex(a, taus, j):
+    """:func:`_householder_step` for complex ``a``: larfg's reflector, ``H^H`` applied."""
+    m, n = a.shape[-2:]
+    rows, cols = iota(m, j), iota(n, j)
+    x = index(a, j, -1)
+    beta, tau, below = larfg(index(x, j, -1), x, rows > j)
+    v = jnp.where(rows == j, jnp.ones((), a.dtype), below)
+    w = jnp.einsum("...i,...ij->...j", jnp.conj(v), a) * jnp.conj(tau)[..., None]
+    a = a - v[..., :, None] * jnp.where(cols > j, w, 0)[..., None, :]
+    col = jnp.where(rows < j, x, jnp.where(rows == j, beta[..., None].astype(a.dtype), below))
+    a = jnp.where((cols == j)[None, :], col[..., :, None], a)
+    return a, jnp.where(iota(taus.shape[-1], j) == j, tau[..., None], taus)
+
+
 def _householder_step(a, taus, j):
     """Step ``j`` of Householder QR: the reflector of column ``j`` applied to the
     trailing columns, stored below the diagonal, its ``tau`` in ``taus[j]``.
@@ -44,6 +82,8 @@ def _householder_step(a, taus, j):
     ``tau = 0`` when the column below the diagonal is already zero (as LAPACK's
     larfg); the column norm is scaled by its largest entry.
     """
+    if jnp.iscomplexobj(a):
+        return _householder_step_complex(a, taus, j)
     m, n = a.shape[-2:]
     rows, cols = iota(m, j), iota(n, j)
     x = index(a, j, -1)
@@ -104,7 +144,8 @@ def geqp3(a: Any, jpvt: Any) -> tuple[Any, Any, Any]:
     def step(j, carry):
         a, perm, taus = carry
         rows, cols = iota(m, j), iota(n, j)
-        norms = jnp.sum(jnp.square(jnp.where((rows >= j)[:, None], a, 0)), axis=-2)
+        below = jnp.where((rows >= j)[:, None], a, 0)
+        norms = jnp.sum(jnp.real(below * jnp.conj(below)), axis=-2)
         p = jnp.argmax(jnp.where(cols >= j, norms, -1), axis=-1).astype(np.int32)
         p = jnp.where(j < count, j, p)
         a, perm = _swap_columns(a, j, p), swap_rows(perm, j, p)
@@ -119,7 +160,8 @@ def geqp3(a: Any, jpvt: Any) -> tuple[Any, Any, Any]:
 def householder_product(a: Any, taus: Any, ncols: int | None = None) -> Any:
     """The first ``ncols`` columns of ``H_0 H_1 ... H_{k-1}`` (reflectors from packed ``a``).
 
-    Accumulated backwards from the identity, as LAPACK's orgqr.
+    Accumulated backwards from the identity, as LAPACK's orgqr (ungqr), each
+    ``H_j = I - tau_j v_j v_j^H``.
     """
     m = a.shape[-2]
     ncols = a.shape[-1] if ncols is None else ncols
@@ -128,25 +170,27 @@ def householder_product(a: Any, taus: Any, ncols: int | None = None) -> Any:
 
     def body(j, q):
         v = _reflector(a, j, m)
-        w = jnp.einsum("...i,...ij->...j", v, q) * index(taus, j, -1)[..., None]
+        w = jnp.einsum("...i,...ij->...j", jnp.conj(v), q) * index(taus, j, -1)[..., None]
         return q - v[..., :, None] * w[..., None, :]
 
     return repeat(k, body, q, reverse=True)
 
 
 def ormqr(a: Any, taus: Any, c: Any, *, left: bool, transpose: bool) -> Any:
-    """``Q c``, ``Q^T c``, ``c Q`` or ``c Q^T`` (``Q = H_0 ... H_{k-1}``), a reflector a step."""
+    """``Q c``, ``Q^H c``, ``c Q`` or ``c Q^H`` (``Q = H_0 ... H_{k-1}``), a reflector a step
+    (``transpose`` is the conjugate transpose for complex matrices, as LAPACK's unmqr)."""
     m = a.shape[-2]
     k = taus.shape[-1]
 
     def body(j, c):
         v = _reflector(a, j, m)
         tau = index(taus, j, -1)[..., None]
+        tau = jnp.conj(tau) if transpose else tau
         if left:
-            w = jnp.einsum("...i,...ij->...j", v, c) * tau
+            w = jnp.einsum("...i,...ij->...j", jnp.conj(v), c) * tau
             return c - v[..., :, None] * w[..., None, :]
         w = jnp.einsum("...ij,...j->...i", c, v) * tau
-        return c - w[..., :, None] * v[..., None, :]
+        return c - w[..., :, None] * jnp.conj(v)[..., None, :]
 
     return repeat(k, body, c, reverse=left != transpose)
 
@@ -203,15 +247,41 @@ def _rotation(app, aqq, apq):
     return c, t * c
 
 
-def _rotate(x, p, q, inverse, c, s, axis):
+def _abs2(x):
+    """``|x|^2``, real (``x * conj(x)`` for complex ``x``)."""
+    return jnp.real(x * jnp.conj(x)) if jnp.iscomplexobj(x) else jnp.square(x)
+
+
+def _phase(x):
+    """``x / |x|`` (1 where ``x = 0``) of complex ``x``; ``None`` for real ``x``."""
+    if not jnp.iscomplexobj(x):
+        return None
+    mag = jnp.abs(x)
+    return jnp.where(mag == 0, 1, x / jnp.where(mag == 0, 1, mag).astype(x.dtype))
+
+
+def _rotate(x, p, q, inverse, c, s, axis, phase=None):
     """Rotate the pairs of rows (``axis=-2``) or columns (``axis=-1``): ``x_p, x_q`` become
-    ``c x_p - s x_q, s x_p + c x_q``."""
+    ``c x_p - s x_q, s x_p + c x_q``.
+
+    With a complex ``phase`` (``e^{i phi}`` of the entry ``a_pq`` to zero), the unitary
+    rotation ``U = [[c, s e^{i phi}], [-s e^{-i phi}, c]]``: columns become ``x U``
+    and rows ``U^H x``, which zeroes ``a_pq`` of a Hermitian ``a`` whose real
+    rotation ``(c, s)`` zeroes ``[[a_pp, |a_pq|], [|a_pq|, a_qq]]``.
+    """
     if axis == -2:
         c, s = c[..., :, None], s[..., :, None]
+        phase = None if phase is None else phase[..., :, None]
     else:
         c, s = c[..., None, :], s[..., None, :]
+        phase = None if phase is None else jnp.conj(phase[..., None, :])
     xp, xq = jnp.take(x, p, axis=axis, mode="clip"), jnp.take(x, q, axis=axis, mode="clip")
-    both = jnp.concatenate([c * xp - s * xq, s * xp + c * xq], axis=axis)
+    if phase is None:
+        both = jnp.concatenate([c * xp - s * xq, s * xp + c * xq], axis=axis)
+    else:
+        c, s = c.astype(x.dtype), s.astype(x.dtype)
+        new_p, new_q = c * xp - s * phase * xq, s * jnp.conj(phase) * xp + c * xq
+        both = jnp.concatenate([new_p, new_q], axis=axis)
     return jnp.take(both, inverse, axis=axis, mode="clip")
 
 
@@ -242,34 +312,41 @@ def _diagonal(a):
 
 def eigh(a: Any, *, lower: bool) -> tuple[Any, Any]:
     """``(v, w)``: eigenvectors (columns) and ascending eigenvalues of the symmetric
-    matrix held in the ``lower`` (or upper) triangle of ``a``, by cyclic Jacobi."""
+    (Hermitian) matrix held in the ``lower`` (or upper) triangle of ``a``, by cyclic
+    Jacobi (complex rotations for a complex ``a``, whose diagonal's real part is used)."""
     n = a.shape[-1]
     tri = np.tril(np.ones((n, n), bool), -1)
-    half = a if lower else jnp.swapaxes(a, -1, -2)
-    sym = jnp.where(tri, half, 0) + jnp.where(tri.T, jnp.swapaxes(half, -1, -2), 0)
-    sym = sym + jnp.where(np.eye(n, dtype=bool), a, 0)
+    half = a if lower else jnp.conj(jnp.swapaxes(a, -1, -2))
+    sym = jnp.where(tri, half, 0) + jnp.where(tri.T, jnp.conj(jnp.swapaxes(half, -1, -2)), 0)
+    diag = jnp.real(a).astype(a.dtype) if jnp.iscomplexobj(a) else a
+    sym = sym + jnp.where(np.eye(n, dtype=bool), diag, 0)
     sym = _pad_even(sym, (-2, -1))
     size = sym.shape[-1]
     eye = np.eye(size, dtype=bool)
     v = jnp.broadcast_to(jnp.eye(size, dtype=a.dtype), sym.shape)
     tables = _schedule(size)
-    tol = (size * jnp.finfo(a.dtype).eps) ** 2 * jnp.sum(jnp.square(sym), axis=(-2, -1))
+    tol = (size * jnp.finfo(a.dtype).eps) ** 2 * jnp.sum(_abs2(sym), axis=(-2, -1))
 
     def round_(r, state):
         a, v = state
         p, q, inverse = _round_indices(tables, r)
         rows_p, rows_q = jnp.take(a, p, axis=-2, mode="clip"), jnp.take(a, q, axis=-2, mode="clip")
         at = lambda rows, idx: jnp.sum(jnp.where(idx[:, None] == np.arange(size), rows, 0), -1)  # noqa: E731
-        c, s = _rotation(at(rows_p, p), at(rows_q, q), at(rows_p, q))
-        a = _rotate(a, p, q, inverse, c, s, -2)
-        a = _rotate(a, p, q, inverse, c, s, -1)
-        return a, _rotate(v, p, q, inverse, c, s, -1)
+        apq = at(rows_p, q)
+        phase = _phase(apq)
+        if phase is None:
+            c, s = _rotation(at(rows_p, p), at(rows_q, q), apq)
+        else:
+            c, s = _rotation(jnp.real(at(rows_p, p)), jnp.real(at(rows_q, q)), jnp.abs(apq))
+        a = _rotate(a, p, q, inverse, c, s, -2, phase)
+        a = _rotate(a, p, q, inverse, c, s, -1, phase)
+        return a, _rotate(v, p, q, inverse, c, s, -1, phase)
 
     def converged(state):
-        return jnp.sum(jnp.square(jnp.where(eye, 0, state[0])), axis=(-2, -1)) <= tol
+        return jnp.sum(_abs2(jnp.where(eye, 0, state[0])), axis=(-2, -1)) <= tol
 
     sym, v = _sweeps(converged, lambda state: repeat(size - 1, round_, state), (sym, v))
-    w = _diagonal(sym)[..., :n]
+    w = jnp.real(_diagonal(sym)[..., :n])
     order = jnp.argsort(w, axis=-1, stable=True)
     w = jnp.take_along_axis(w, order, axis=-1, mode="clip")
     v = jnp.take_along_axis(v[..., :n, :n], order[..., None, :], axis=-1, mode="clip")
@@ -291,36 +368,38 @@ def _one_sided_jacobi(x, *, vectors):
         w, v = state
         p, q, inverse = _round_indices(tables, r)
         cols_p, cols_q = jnp.take(w, p, axis=-1, mode="clip"), jnp.take(w, q, axis=-1, mode="clip")
-        alpha = jnp.sum(jnp.square(cols_p), axis=-2)
-        beta = jnp.sum(jnp.square(cols_q), axis=-2)
-        c, s = _rotation(alpha, beta, jnp.sum(cols_p * cols_q, axis=-2))
-        w = _rotate(w, p, q, inverse, c, s, -1)
-        return w, _rotate(v, p, q, inverse, c, s, -1) if vectors else v
+        alpha = jnp.sum(_abs2(cols_p), axis=-2)
+        beta = jnp.sum(_abs2(cols_q), axis=-2)
+        gamma = jnp.sum(jnp.conj(cols_p) * cols_q, axis=-2)
+        phase = _phase(gamma)
+        c, s = _rotation(alpha, beta, gamma if phase is None else jnp.abs(gamma))
+        w = _rotate(w, p, q, inverse, c, s, -1, phase)
+        return w, _rotate(v, p, q, inverse, c, s, -1, phase) if vectors else v
 
     def converged(state):
-        gram = jnp.einsum("...ki,...kj->...ij", state[0], state[0])
-        d = _diagonal(gram)
-        off = jnp.where(eye, 0, jnp.square(gram)) > tol * d[..., :, None] * d[..., None, :]
+        gram = jnp.einsum("...ki,...kj->...ij", jnp.conj(state[0]), state[0])
+        d = jnp.real(_diagonal(gram))
+        off = jnp.where(eye, 0, _abs2(gram)) > tol * d[..., :, None] * d[..., None, :]
         return ~jnp.any(off, axis=(-2, -1))
 
     w, v = _sweeps(converged, lambda state: repeat(size - 1, round_, state), (w, v))
-    sigma = jnp.sqrt(jnp.sum(jnp.square(w), axis=-2))[..., :n]
+    sigma = jnp.sqrt(jnp.sum(_abs2(w), axis=-2))[..., :n]
     if not vectors:
         return sigma, None, None
-    u = w[..., :n] / jnp.where(sigma == 0, 1, sigma)[..., None, :]
+    u = w[..., :n] / jnp.where(sigma == 0, 1, sigma)[..., None, :].astype(w.dtype)
     return sigma, u, v[..., :n, :n]
 
 
 def svd(a: Any, *, full_matrices: bool, compute_uv: bool) -> tuple[Any, ...]:
     """``(s,)`` or ``(s, u, vt)`` with descending ``s``, as ``lax.linalg.svd``.
 
-    A wide matrix is handled as its transpose. A tall one is first reduced to
+    A wide matrix is handled as its conjugate transpose. A tall one is first reduced to
     its ``R`` by Householder QR, and ``u`` is ``Q`` times the Jacobi vectors of
     ``R`` (the rest of ``Q`` completes ``u`` when ``full_matrices``).
     """
     m, n = a.shape[-2:]
     wide = m < n
-    x = jnp.swapaxes(a, -1, -2) if wide else a
+    x = jnp.conj(jnp.swapaxes(a, -1, -2)) if wide else a
     rows, cols = x.shape[-2:]
     packed = taus = None
     if rows > cols:
@@ -338,4 +417,4 @@ def svd(a: Any, *, full_matrices: bool, compute_uv: bool) -> tuple[Any, ...]:
         u = jnp.concatenate([q[..., :cols] @ u, q[..., cols:]], axis=-1)
     if wide:
         u, v = v, u
-    return sigma, u, jnp.swapaxes(v, -1, -2)
+    return sigma, u, jnp.conj(jnp.swapaxes(v, -1, -2))

@@ -188,6 +188,19 @@ _W54 = np.linspace(-1.0, 1.0, 20, dtype=np.float32).reshape(5, 4)
             dtypes=[np.int32, np.int32],
             expect=["Transpose -> MatMul:3x5"],
         ),
+        case(
+            "transposed_matvec",
+            lambda x, v: jnp.einsum("ji,j->i", x, v),
+            [(4, 3), (4,)],
+            expect=["MatMul:3"],
+            counts={"Transpose": 0},
+        ),
+        case(
+            "transposed_3d_vec",
+            lambda x, v: jnp.einsum("ijk,j->ik", x, v),
+            [("B", 3, 5), (3,)],
+            expect=["Transpose -> MatMul -> Squeeze:Bx5"],
+        ),
         case("int64", jnp.matmul, [(3, 4), (4, 2)], dtypes=[np.int64] * 2, variants=["f64"]),
         case(
             "int8_wraps",
@@ -342,6 +355,13 @@ def dot_general(ctx, lhs, rhs, *, dimension_numbers, preferred_element_type=None
         squeeze.append(nb + max(nm, 1))
     if nb and nm > 1:
         b = ctx.op.Unsqueeze(b, ctx.i64(list(range(nb, nb + nm - 1))))
+    if nb == 0 and nn == 0 and lperm != sorted(lperm):
+        # ONNX Runtime's Transpose+MatMul fusion gets a 1-D right operand wrong (1.31/1.32):
+        # x.T @ v is v @ x; otherwise the vector becomes a [K, 1] matrix
+        if lhs_aval.ndim == 2 and nk == 1 and not integer8:
+            return finish(ctx.op.MatMul(b, widen(lhs)))
+        b = ctx.op.Unsqueeze(b, ctx.i64([1]))
+        squeeze.append(nm)
     y = ctx.op.MatMulInteger(a, b) if integer8 else ctx.op.MatMul(a, b)
     if nn > 1:
         y = reshape(ctx, y, out_aval.shape, keep=nb + nm)

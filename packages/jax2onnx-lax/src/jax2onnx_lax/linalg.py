@@ -21,7 +21,11 @@ What is reproduced (ONNX Runtime against JAX's CPU backend, LAPACK):
 
 Not reproduced: ``tridiagonal_solve(perturb_singular=True)`` on singular
 systems (JAX scales its pivot perturbation by an undocumented factor; see the
-xfail case). Complex inputs are refused: ONNX Runtime has no complex tensors.
+xfail case). ``cholesky`` (``l l^H``), ``triangular_solve`` (with
+``conjugate_a``), ``lu`` (pivots by ``|Re| + |Im|`` as LAPACK's zgetrf) and
+``custom_linear_solve`` also take complex matrices, stored as real/imaginary
+pairs (ONNX Runtime has no complex tensors), in complex arithmetic; the others
+refuse them.
 Results equal JAX's up to rounding, within the testkit's tolerances for
 well-conditioned inputs; like LAPACK, ill-conditioned inputs amplify rounding.
 QR, eigh and SVD are in ``linalg_qr`` and ``linalg_eig``.
@@ -51,10 +55,11 @@ def scipy_linalg() -> Any:
     return jax.scipy.linalg
 
 
-def check_inputs(ctx: Any, core: Sequence[int]) -> None:
-    """Refuse complex inputs and symbolic matrix dims (``core[i]`` trailing dims of input i)."""
+def check_inputs(ctx: Any, core: Sequence[int], *, complex_ok: bool = False) -> None:
+    """Refuse symbolic matrix dims (``core[i]`` trailing dims of input i) and, unless
+    ``complex_ok``, complex inputs."""
     for i, (aval, ndim) in enumerate(zip(ctx.avals_in, core)):
-        if np.issubdtype(aval.dtype, np.complexfloating):
+        if not complex_ok and np.issubdtype(aval.dtype, np.complexfloating):
             raise ctx.error(
                 f"complex input {aval.str_short()} is not supported: ONNX Runtime has no "
                 "complex tensor type. Keep complex numbers out of the exported function, e.g. "
@@ -70,9 +75,14 @@ def check_inputs(ctx: Any, core: Sequence[int]) -> None:
 
 
 def spd(x: Any) -> Any:
-    """A well-conditioned symmetric positive definite matrix from any square ``x``."""
+    """A well-conditioned symmetric (Hermitian) positive definite matrix from any square ``x``."""
     n = x.shape[-1]
-    return x @ jnp.swapaxes(x, -1, -2) + n * jnp.eye(n, dtype=x.dtype)
+    return x @ jnp.conj(jnp.swapaxes(x, -1, -2)) + n * jnp.eye(n, dtype=x.dtype)
+
+
+def complex_case(name: str, fn: Any, shapes: Sequence[Any], **kw: Any) -> Any:
+    """A case on complex64 (and complex128) inputs of the given shapes."""
+    return case(name, fn, shapes, dtypes=[np.complex64] * len(shapes), **kw)
 
 
 def pivoted(x: Any) -> Any:
@@ -93,6 +103,7 @@ _NOT_PD = np.array([[4.0, 2.0, 1.0], [2.0, 1.0, 0.5], [1.0, 0.5, 3.0]])
 
 @family.lowering(
     lax_linalg.cholesky_p,
+    values="any",
     cases=[
         case("linalg_cholesky", lambda x: lax_linalg.cholesky(spd(x)), [(4, 4)]),
         case(
@@ -110,6 +121,12 @@ _NOT_PD = np.array([[4.0, 2.0, 1.0], [2.0, 1.0, 0.5], [1.0, 0.5, 3.0]])
             expect=["Loop"],
         ),
         case("jnp_linalg_cholesky", lambda x: jnp.linalg.cholesky(spd(x)), [("B", 4, 4)]),
+        complex_case("linalg_cholesky_complex", lambda x: lax_linalg.cholesky(spd(x)), [(4, 4)]),
+        complex_case(
+            "linalg_cholesky_complex_upper_kept",
+            lambda x: lax_linalg.cholesky_p.bind(spd(x) + jnp.triu(x, 1)),
+            [("B", 3, 3)],
+        ),
         case(
             "jnp_linalg_cholesky_grad",
             jax.grad(
@@ -133,9 +150,9 @@ def cholesky(ctx, x, **_):
     """Decomposed: left-looking Cholesky, one column per step (no ONNX op for it).
 
     The strict upper triangle passes through and a failed factorization is NaN,
-    as JAX's CPU result.
+    as JAX's CPU result; complex matrices are factored as ``l l^H``.
     """
-    check_inputs(ctx, [2])
+    check_inputs(ctx, [2], complex_ok=True)
     return ctx.decompose(_linalg.cholesky, x)
 
 
@@ -159,6 +176,7 @@ def _all_forms(left_side: bool):
 
 @family.lowering(
     lax_linalg.triangular_solve_p,
+    values="any",
     cases=[
         case("linalg_triangular_solve_left", _all_forms(True), [(4, 4), (4, 3)]),
         case("linalg_triangular_solve_right", _all_forms(False), [(4, 4), (3, 4)]),
@@ -168,6 +186,20 @@ def _all_forms(left_side: bool):
                 _tri(a), b, left_side=True, lower=True, transpose_a=True, conjugate_a=True
             ),
             [(3, 3), (3, 2)],
+        ),
+        complex_case("linalg_triangular_solve_complex_left", _all_forms(True), [(4, 4), (4, 3)]),
+        complex_case("linalg_triangular_solve_complex_right", _all_forms(False), [(3, 3), (2, 3)]),
+        complex_case(
+            "linalg_triangular_solve_complex_conjugate",
+            lambda a, b: [
+                lax_linalg.triangular_solve(
+                    _tri(a), b, left_side=side, lower=lo, transpose_a=tr, conjugate_a=True
+                )
+                for side in (True, False)
+                for lo in (True, False)
+                for tr in (True, False)
+            ],
+            [("B", 3, 3), ("B", 3, 3)],
         ),
         case(
             "linalg_triangular_solve_batched",
@@ -195,10 +227,10 @@ def _all_forms(left_side: bool):
 def triangular_solve(ctx, a, b, **params):
     """Decomposed: substitution one row at a time (MatMul with the solved rows).
 
-    ``conjugate_a`` means nothing for real matrices. The untouched triangle (and
-    the diagonal with ``unit_diagonal``) is masked, never read.
+    ``conjugate_a`` conjugates a complex ``a`` (nothing for real ones). The
+    untouched triangle (and the diagonal with ``unit_diagonal``) is masked, never read.
     """
-    check_inputs(ctx, [2, 2])
+    check_inputs(ctx, [2, 2], complex_ok=True)
     return ctx.decompose(_linalg.triangular_solve, a, b, **params)
 
 
@@ -209,6 +241,7 @@ _SINGULAR = np.array([[1.0, 2.0, 3.0], [2.0, 4.0, 6.0], [1.0, 0.0, 1.0]])
 
 @family.lowering(
     lax_linalg.lu_p,
+    values="any",
     cases=[
         case("linalg_lu", lax_linalg.lu, [(5, 5)]),
         case("linalg_lu_wide", lax_linalg.lu, [(3, 5)]),
@@ -256,12 +289,22 @@ _SINGULAR = np.array([[1.0, 2.0, 3.0], [2.0, 4.0, 6.0], [1.0, 0.0, 1.0]])
             [(4, 4), (4,)],
         ),
         case("scipy_linalg_lu", lambda a: scipy_linalg().lu(a), [(4, 3)]),
+        complex_case("linalg_lu_complex", lax_linalg.lu, [(5, 5)]),
+        complex_case("linalg_lu_complex_wide", lax_linalg.lu, [("B", 3, 4)]),
+        complex_case(
+            "jnp_linalg_solve_complex",
+            lambda a, b: jnp.linalg.solve(pivoted(a), b),
+            [(4, 4), (4, 2)],
+        ),
+        complex_case("jnp_linalg_inv_complex", lambda a: jnp.linalg.inv(pivoted(a)), [("B", 3, 3)]),
+        complex_case("jnp_linalg_det_complex", lambda a: jnp.linalg.det(pivoted(a)), [(4, 4)]),
     ],
 )
 def lu(ctx, x, **_):
     """Decomposed: right-looking LU with partial pivoting (ArgMax of the column
-    magnitudes picks the pivot, Gather/Where swap rows, one rank-one update per step)."""
-    check_inputs(ctx, [2])
+    magnitudes picks the pivot, Gather/Where swap rows, one rank-one update per step).
+    Complex pivots are chosen by ``|Re| + |Im|``, as LAPACK's zgetrf."""
+    check_inputs(ctx, [2], complex_ok=True)
     return ctx.decompose(_linalg.lu, x)
 
 
@@ -305,6 +348,7 @@ def _diagonal_solve(d, b):
 
 @family.lowering(
     "custom_linear_solve",
+    values="any",
     cases=[
         case(
             "linalg_custom_linear_solve",

@@ -25,11 +25,17 @@ What is reproduced, and what is not:
   singular values are zero instead of a completing orthonormal basis (``pinv``
   and ``lstsq`` never use them).
 
+Complex (Hermitian) matrices, stored as real/imaginary pairs since ONNX Runtime
+has no complex tensors, take the same Jacobi iterations with unitary rotations
+(a phase ``e^{i phi}`` of the entry to zero, then the real rotation); their
+vectors are unique only up to a unit phase per column (LAPACK's phases are its
+own), so complex cases compare phase-invariant functions (reconstructions,
+projectors ``v_i v_i^H``, ``abs(v)``).
+
 ``eigh`` with ``subset_by_index=(lo, hi)`` computes every eigenpair and keeps
 the ``lo``-th to ``hi - 1``-th smallest (JAX's CPU backend does not implement
 the subset itself; ``tests/test_eigh_subset.py`` checks it against the full
-``eigh`` sliced). ``svd``'s ``subset_by_index`` is refused; complex inputs are
-refused (no complex tensors in ONNX Runtime).
+``eigh`` sliced). ``svd``'s ``subset_by_index`` is refused.
 """
 
 from __future__ import annotations
@@ -40,7 +46,7 @@ from jax.lax import linalg as lax_linalg
 
 from jax2onnx.plugin import Family, case
 from jax2onnx_lax import _linalg_orth
-from jax2onnx_lax.linalg import check_inputs
+from jax2onnx_lax.linalg import check_inputs, complex_case
 
 family = Family("lax")
 
@@ -57,18 +63,30 @@ _SINGULAR_SPREAD = (_orthogonal(5, 1)[:, :3] * np.array([3.0, 1.5, 0.5])) @ _ort
 _RANK2 = np.array([[1.0, 2.0, 3.0], [2.0, 4.0, 6.0], [1.0, 0.0, 1.0], [0.0, 1.0, 1.0]])
 
 
+def _h(m):
+    return jnp.conj(jnp.swapaxes(m, -1, -2))
+
+
 def _reconstruct_eigh(x):
     w, v = jnp.linalg.eigh(x)
-    return w, (v * w[..., None, :]) @ jnp.swapaxes(v, -1, -2), jnp.swapaxes(v, -1, -2) @ v
+    return w, (v * w[..., None, :]) @ _h(v), _h(v) @ v
 
 
 def _projectors(x):
     w, v = jnp.linalg.eigh(x)
-    return w, jnp.abs(v), jnp.einsum("...ik,...jk->...kij", v, v)
+    return w, jnp.abs(v), jnp.einsum("...ik,...jk->...kij", v, jnp.conj(v))
+
+
+_CQ4 = np.linalg.qr(
+    np.random.default_rng(3).standard_normal((4, 4))
+    + 1j * np.random.default_rng(4).standard_normal((4, 4))
+)[0]
+_HERMITIAN_SPREAD = (_CQ4 * np.array([-2.0, -0.5, 1.0, 3.0])) @ _CQ4.conj().T
 
 
 @family.lowering(
     lax_linalg.eigh_p,
+    values="any",
     cases=[
         case(
             "linalg_eigh_values", lambda x: lax_linalg.eigh(x, symmetrize_input=False)[1], [(4, 4)]
@@ -86,13 +104,23 @@ def _projectors(x):
         case("jnp_linalg_eigh_zero", _reconstruct_eigh, [np.zeros((3, 3))]),
         case("jnp_linalg_eigvalsh", jnp.linalg.eigvalsh, [("B", 6, 6)]),
         case("jnp_linalg_eigh_loop", _reconstruct_eigh, [(20, 20)], expect=["Loop"]),
+        complex_case("jnp_linalg_eigh_complex", _reconstruct_eigh, [(4, 4)]),
+        complex_case("jnp_linalg_eigh_complex_odd_batched", _reconstruct_eigh, [("B", 5, 5)]),
+        complex_case(
+            "linalg_eigh_complex_upper",
+            lambda x: lax_linalg.eigh(x, lower=False, symmetrize_input=False)[1],
+            [(3, 3)],
+        ),
+        case("jnp_linalg_eigh_complex_vectors", _projectors, [_HERMITIAN_SPREAD]),
+        complex_case("jnp_linalg_eigvalsh_complex", jnp.linalg.eigvalsh, [(6, 6)]),
     ],
 )
 def eigh(ctx, x, *, lower, subset_by_index=None, **_):
     """Decomposed: cyclic Jacobi on the symmetric matrix of the ``lower`` (upper)
     triangle, sweeps in a while loop, eigenvalues sorted ascending (TopK). A
-    ``subset_by_index=(lo, hi)`` slices eigenpairs ``lo .. hi - 1`` of all of them."""
-    check_inputs(ctx, [2])
+    ``subset_by_index=(lo, hi)`` slices eigenpairs ``lo .. hi - 1`` of all of them.
+    Hermitian matrices take unitary rotations."""
+    check_inputs(ctx, [2], complex_ok=True)
     everything = (0, ctx.avals_in[0].shape[-1])
     if subset_by_index is None or tuple(subset_by_index) == everything:
         return ctx.decompose(_linalg_orth.eigh, x, lower=lower)
@@ -110,9 +138,7 @@ def _svd_parts(full_matrices):
         u, s, vt = jnp.linalg.svd(x, full_matrices=full_matrices)
         k = s.shape[-1]
         rebuilt = (u[..., :, :k] * s[..., None, :]) @ vt[..., :k, :]
-        eye_u = jnp.swapaxes(u, -1, -2) @ u
-        eye_v = vt @ jnp.swapaxes(vt, -1, -2)
-        return s, rebuilt, eye_u, eye_v, u @ jnp.swapaxes(u, -1, -2)
+        return s, rebuilt, _h(u) @ u, vt @ _h(vt), u @ _h(u)
 
     return fn
 
@@ -124,6 +150,7 @@ def _svd_abs(x):
 
 @family.lowering(
     lax_linalg.svd_p,
+    values="any",
     cases=[
         case(
             "linalg_svd_values",
@@ -157,12 +184,20 @@ def _svd_abs(x):
         ),
         case("jnp_linalg_norm_nuc", lambda x: jnp.linalg.norm(x, ord="nuc"), [(4, 3)]),
         case("jnp_linalg_cond", jnp.linalg.cond, [(4, 4)]),
+        complex_case("jnp_linalg_svd_complex_square", _svd_parts(True), [(4, 4)]),
+        complex_case("jnp_linalg_svd_complex_tall", _svd_parts(False), [("B", 5, 3)]),
+        complex_case("jnp_linalg_svd_complex_wide_full", _svd_parts(True), [(3, 5)]),
+        complex_case(
+            "jnp_linalg_svd_complex_values", lambda x: jnp.linalg.svd(x, compute_uv=False), [(4, 6)]
+        ),
+        complex_case("jnp_linalg_pinv_complex", jnp.linalg.pinv, [(4, 3)]),
     ],
 )
 def svd(ctx, x, *, full_matrices, compute_uv, subset_by_index=None, **_):
     """Decomposed: one-sided Jacobi (after a Householder QR when tall; a wide matrix
-    as its transpose), singular values sorted descending (TopK)."""
-    check_inputs(ctx, [2])
+    as its conjugate transpose), singular values sorted descending (TopK). Complex
+    matrices take unitary rotations."""
+    check_inputs(ctx, [2], complex_ok=True)
     everything = (0, min(ctx.avals_in[0].shape[-2:]))
     if subset_by_index is not None and tuple(subset_by_index) != everything:
         raise ctx.error(

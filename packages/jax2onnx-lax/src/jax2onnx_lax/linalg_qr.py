@@ -5,12 +5,14 @@
 lowered through the lax lowerings: one reflector per step, as masked rank-one
 updates (MatMul, Where), unrolled up to 16 steps and one ONNX ``Loop`` beyond.
 
-The reflectors follow LAPACK's convention (``beta = -sign(alpha) ||x||``,
-``tau = 0`` for a column already reduced), so ``q``, ``r``, the packed
-factors and ``taus`` equal JAX's CPU results up to rounding, signs included;
-column pivoting picks the same columns (largest remaining norm, the first on
-ties) unless two norms tie to rounding. Complex inputs are refused (ONNX
-Runtime has no complex tensors) and matrix dims must be static.
+The reflectors follow LAPACK's convention (larfg: ``beta = -sign(Re alpha)
+||x||``, ``tau = 0`` for a column already reduced), so ``q``, ``r``, the packed
+factors and ``taus`` equal JAX's CPU results up to rounding, signs (complex
+phases) included; column pivoting picks the same columns (largest remaining
+norm, the first on ties) unless two norms tie to rounding. Complex matrices
+(stored as real/imaginary pairs, ONNX Runtime having no complex tensors) take
+the same code in complex arithmetic (``H = I - tau v v^H``; ``ormqr``'s
+``transpose`` is the conjugate transpose). Matrix dims must be static.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from jax.lax import linalg as lax_linalg
 
 from jax2onnx.plugin import Family, case
 from jax2onnx_lax import _linalg_orth
-from jax2onnx_lax.linalg import check_inputs, scipy_linalg
+from jax2onnx_lax.linalg import check_inputs, complex_case, scipy_linalg
 
 family = Family("lax")
 
@@ -39,6 +41,7 @@ def _qr(mode):
 
 @family.lowering(
     lax_linalg.qr_p,
+    values="any",
     cases=[
         case("jnp_linalg_qr_reduced_square", _qr("reduced"), [(4, 4)]),
         case("jnp_linalg_qr_reduced_tall", _qr("reduced"), [(5, 3)]),
@@ -64,21 +67,30 @@ def _qr(mode):
             lambda x: tuple(scipy_linalg().qr(x, pivoting=True, mode="economic")),
             [("B", 3, 5)],
         ),
+        complex_case("jnp_linalg_qr_complex_tall", _qr("reduced"), [(5, 3)]),
+        complex_case("jnp_linalg_qr_complex_wide", _qr("complete"), [("B", 3, 4)]),
+        complex_case(
+            "scipy_linalg_qr_pivoting_complex",
+            lambda x: tuple(scipy_linalg().qr(x, pivoting=True)),
+            [(4, 4)],
+        ),
     ],
 )
 def qr(ctx, x, *, full_matrices, pivoting=False, **_):
     """Decomposed: Householder QR (geqrf, or geqp3 when pivoting), the Householder
     product for ``q`` and the upper triangle for ``r``, as JAX's own expansion."""
-    check_inputs(ctx, [2])
+    check_inputs(ctx, [2], complex_ok=True)
     return ctx.decompose(_linalg_orth.qr, x, full_matrices=full_matrices, pivoting=pivoting)
 
 
 @family.lowering(
     "geqrf",
+    values="any",
     cases=[
         case("linalg_geqrf_tall", _raw, [(5, 3)]),
         case("linalg_geqrf_wide", _raw, [(3, 5)]),
         case("linalg_geqrf_batched", _raw, [("B", 4, 4)]),
+        complex_case("linalg_geqrf_complex", _raw, [(4, 3)]),
         case(
             "linalg_geqrf_zero_column",  # tau = 0 where the column is already reduced
             _raw,
@@ -89,7 +101,7 @@ def qr(ctx, x, *, full_matrices, pivoting=False, **_):
 def geqrf(ctx, x, **_):
     """Decomposed: Householder QR in LAPACK's packed form (reflectors below the
     diagonal, ``r`` on and above it, ``taus``)."""
-    check_inputs(ctx, [2])
+    check_inputs(ctx, [2], complex_ok=True)
     return ctx.decompose(_linalg_orth.geqrf, x)
 
 
@@ -101,6 +113,7 @@ def _geqp3(x, jpvt):
 
 @family.lowering(
     "geqp3",
+    values="any",
     cases=[
         case("linalg_geqp3", _geqp3, [(4, 5), np.zeros(5, np.int32)]),
         case("linalg_geqp3_fixed_columns", _geqp3, [(5, 4), np.array([0, 1, 0, 1], np.int32)]),
@@ -114,7 +127,7 @@ def _geqp3(x, jpvt):
 def geqp3(ctx, x, jpvt, **_):
     """Decomposed: Householder QR with column pivoting, LAPACK's geqp3 (1-based ``jpvt``;
     nonzero entries of the ``jpvt`` operand mark columns factored first, unpivoted)."""
-    check_inputs(ctx, [2, 1])
+    check_inputs(ctx, [2, 1], complex_ok=True)
     return ctx.decompose(_linalg_orth.geqp3, x, jpvt)
 
 
@@ -135,9 +148,11 @@ def _ormqr(left, transpose):
 
 @family.lowering(
     lax_linalg.householder_product_p,
+    values="any",
     cases=[
         case("linalg_householder_product", _product, [(5, 3)]),
         case("linalg_householder_product_batched", _product, [("B", 4, 4)]),
+        complex_case("linalg_householder_product_complex", _product, [(5, 3)]),
         case(
             "linalg_householder_product_fewer_taus",
             lambda a, t: lax_linalg.householder_product(a, t),
@@ -147,17 +162,22 @@ def _ormqr(left, transpose):
 )
 def householder_product(ctx, a, taus, **_):
     """Decomposed: ``H_0 ... H_{k-1}`` accumulated backwards from the identity (as orgqr)."""
-    check_inputs(ctx, [2, 1])
+    check_inputs(ctx, [2, 1], complex_ok=True)
     return ctx.decompose(_linalg_orth.householder_product, a, taus)
 
 
 @family.lowering(
     lax_linalg.ormqr_p,
+    values="any",
     cases=[
         case("linalg_ormqr_left", _ormqr(True, False), [(5, 3), (5, 2)]),
         case("linalg_ormqr_left_transpose", _ormqr(True, True), [(5, 3), (5, 2)]),
         case("linalg_ormqr_right", _ormqr(False, False), [(4, 4), (3, 4)]),
         case("linalg_ormqr_right_transpose", _ormqr(False, True), [("B", 4, 2), ("B", 3, 4)]),
+        complex_case("linalg_ormqr_complex_left", _ormqr(True, False), [(5, 3), (5, 2)]),
+        complex_case("linalg_ormqr_complex_left_transpose", _ormqr(True, True), [(4, 4), (4, 2)]),
+        complex_case("linalg_ormqr_complex_right", _ormqr(False, False), [(4, 3), (2, 4)]),
+        complex_case("linalg_ormqr_complex_right_transpose", _ormqr(False, True), [(4, 4), (3, 4)]),
         case(
             "scipy_linalg_qr_multiply",
             lambda x, c: tuple(scipy_linalg().qr_multiply(x, c)),
@@ -168,7 +188,7 @@ def householder_product(ctx, a, taus, **_):
 def ormqr(ctx, a, taus, c, *, left, transpose, **_):
     """Decomposed: the reflectors applied to ``c`` one at a time, in the order the
     product ``Q`` (or ``Q^T``) needs, never forming ``Q``."""
-    check_inputs(ctx, [2, 1, 2])
+    check_inputs(ctx, [2, 1, 2], complex_ok=True)
     return ctx.decompose(_linalg_orth.ormqr, a, taus, c, left=left, transpose=transpose)
 
 

@@ -296,9 +296,12 @@ def _dynamic_sizes(c: Case) -> list[dict[str, int]]:
 
 def _symbolic_input_shapes(c: Case, names: Sequence[str]) -> dict[str, str]:
     shapes = {}
-    for name, spec in zip(names[: len(c.inputs)], c.inputs, strict=True):
+    dtypes = c.dtypes or (None,) * len(c.inputs)
+    for name, spec, dtype in zip(names[: len(c.inputs)], c.inputs, dtypes, strict=True):
         if isinstance(spec, tuple) and any(isinstance(d, str) for d in spec):
-            shapes[name] = "x".join(str(d).replace(" ", "") for d in spec)
+            # a complex input is stored with its parts on a trailing axis of 2
+            stored = (*spec, 2) if dtype is not None and np.dtype(dtype).kind == "c" else spec
+            shapes[name] = "x".join(str(d).replace(" ", "") for d in stored)
     return shapes
 
 

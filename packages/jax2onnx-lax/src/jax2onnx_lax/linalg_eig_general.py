@@ -1,0 +1,275 @@
+"""General eigenproblems: ``eig``, ``schur``, ``hessenberg`` and ``tridiagonal``.
+
+Each decomposes into our own JAX code (``_linalg_schur``) traced on the
+equation's values; on complex values the traced equations are complex ones,
+lowered by the complex rules (ONNX Runtime has no complex tensors: they are
+real/imaginary pairs in the graph).
+
+* ``hessenberg`` and ``tridiagonal`` are LAPACK's gehd2 and sytd2/hetd2 step
+  for step (Householder reflectors in larfg's convention, packed as LAPACK
+  stores them), so every output equals JAX's CPU result to rounding.
+* ``eig`` and ``schur`` (complex input): Hessenberg reduction, then implicit
+  single-shift QR iterations in complex arithmetic in one ``while_loop``
+  (ONNX ``Loop``). Convergence: a subdiagonal entry with ``|h_k+1,k| <= eps
+  (|h_kk| + |h_k+1,k+1|)`` is set to zero (deflation) and the iteration works
+  on the last block not yet reduced, with Wilkinson shifts and an exceptional
+  shift after every 10 iterations without deflation; at most ``30 * max(n,
+  10)`` iterations (LAPACK zlahqr's cap), after which the last iterate is
+  returned. Eigenvectors come from substitution on the triangular factor
+  (tiny pivots moved to ``eps |lambda|`` as LAPACK's trevc), transformed by
+  the Schur vectors; left ones satisfy ``u^H A = lambda u^H`` as in LAPACK.
+* A real matrix is converted to complex for ``eig`` (single shifts in complex
+  arithmetic converge to complex eigenvalues directly, without the 2x2 blocks
+  of a real double-shift iteration), so the imaginary parts of real
+  eigenvalues are at rounding level rather than exactly zero.
+
+Gauge freedoms, which cases must not compare: the order of the eigenvalues
+(and of the Schur form's diagonal) is the QR iteration's, not LAPACK's; each
+eigenvector is normalised as LAPACK's geev does (unit 2-norm, the entry of
+largest magnitude real and positive), which for complex inputs fixes it
+uniquely for distinct eigenvalues, but for a real input LAPACK keeps the sign
+of a real eigenvector and its own phase of complex pairs; the Schur vectors
+of a complex matrix are unique only up to a unit phase per column (given the
+order). The cases therefore compare order- and phase-invariant functions:
+power sums ``sum(w**k)``, residuals ``A v - v w``, reconstructions, sorted
+magnitudes, and the gauge itself (the imaginary part of each vector's largest
+entry). Matrix dimensions must be static; batch dimensions may be symbolic.
+
+Not done: ``schur`` of a real matrix (the real quasi-triangular Schur form
+needs a real double-shift iteration with standardised 2x2 blocks) and
+``schur`` with ``sort_eig_vals``/``select_callable``.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.lax import linalg as lax_linalg
+
+from jax2onnx.plugin import Family, case
+from jax2onnx_lax import _linalg_schur
+from jax2onnx_lax.linalg import check_inputs, scipy_linalg
+
+family = Family("lax")
+
+# Real matrices with well-separated eigenvalues (0.3 +- 0.6i, -0.5 +- 0.15i, 0.9, -0.9),
+# perturbed by 0.04 times the input: the eigenvalues stay apart, so the eigenvectors are well
+# conditioned, and a spectral radius near 1 keeps the power sums free of cancellation in float32.
+_REAL_BASE = np.array(
+    [
+        [0.3, 0.6, 0.0, 0.0, 0.0, 0.0],
+        [-0.6, 0.3, 0.0, 0.0, 0.0, 0.0],
+        [0.0, 0.0, 0.9, 0.0, 0.0, 0.0],
+        [0.0, 0.0, 0.0, -0.5, 0.15, 0.0],
+        [0.0, 0.0, 0.0, -0.15, -0.5, 0.0],
+        [0.0, 0.0, 0.0, 0.0, 0.0, -0.9],
+    ]
+)
+_COMPLEX_DIAG = np.array([0.3 + 0.3j, -0.6 + 0.15j, 0.75 - 0.3j, -0.15 - 0.6j, 0.9j, -0.9])
+
+
+def _spread(x):
+    """``x`` scaled down and added to a matrix with well-separated eigenvalues."""
+    n = x.shape[-1]
+    base = np.diag(_COMPLEX_DIAG[:n]) if jnp.iscomplexobj(x) else _REAL_BASE[:n, :n]
+    return 0.04 * x + jnp.asarray(base, x.dtype)
+
+
+def _h(m):
+    return jnp.conj(jnp.swapaxes(m, -1, -2))
+
+
+def _power_sums(w):
+    """``sum_i w_i^k`` for ``k = 1 .. n``: the traces of ``A^k``, order-invariant."""
+    return jnp.stack([jnp.sum(w**k, axis=-1) for k in range(1, w.shape[-1] + 1)], axis=-1)
+
+
+def _gauge(v):
+    """The imaginary part of each column's largest-magnitude entry (zero in LAPACK's gauge)."""
+    top = jnp.argmax(jnp.abs(v), axis=-2)
+    return jnp.imag(jnp.take_along_axis(v, top[..., None, :], axis=-2))
+
+
+def _eig_invariants(x):
+    a = _spread(x)
+    w, vl, vr = lax_linalg.eig(a)
+    return (
+        _power_sums(w),
+        jnp.sort(jnp.abs(w), axis=-1),
+        a @ vr - vr * w[..., None, :],  # right residuals
+        _h(vl) @ a - w[..., :, None] * _h(vl),  # left residuals
+        jnp.linalg.norm(vr, axis=-2),
+        jnp.linalg.norm(vl, axis=-2),
+        _gauge(vr),
+        _gauge(vl),
+    )
+
+
+def _eig_right(x):
+    a = _spread(x)
+    w, vr = lax_linalg.eig(a, compute_left_eigenvectors=False)
+    return _power_sums(w), a @ vr - vr * w[..., None, :], _gauge(vr)
+
+
+def _eig_left(x):
+    a = _spread(x)
+    w, vl = lax_linalg.eig(a, compute_right_eigenvectors=False)
+    return _power_sums(w), _h(vl) @ a - w[..., :, None] * _h(vl), _gauge(vl)
+
+
+def _eigvals(x):
+    w = jnp.linalg.eigvals(_spread(x))
+    return _power_sums(w), jnp.sort(jnp.abs(w), axis=-1)
+
+
+def _eig_reconstruct(x):
+    """``V diag(w) V^-1`` is the matrix, whatever the order and phases of the pairs."""
+    w, v = jnp.linalg.eig(_spread(x))
+    return (v * w[..., None, :]) @ jnp.linalg.inv(v)
+
+
+def _complex_cases(name, fn, shapes, **kw):
+    return case(name, fn, shapes, dtypes=[np.complex64] * len(shapes), input_range=(-1, 1), **kw)
+
+
+_ROOTS_COEFFS = np.poly(np.array([0.8, -0.4, 0.2 + 0.6j, 0.2 - 0.6j, -0.9])).real
+
+
+def _roots(c):
+    r = jnp.roots(c, strip_zeros=False)
+    return _power_sums(r), jnp.sort(jnp.abs(r)), jnp.polyval(c.astype(r.dtype), r)
+
+
+@family.lowering(
+    lax_linalg.eig_p,
+    values="complex",
+    cases=[
+        case("linalg_eig_real", _eig_invariants, [(4, 4)], input_range=(-1, 1)),
+        case("linalg_eig_real_2x2", _eig_invariants, [(2, 2)], input_range=(-1, 1)),
+        case("linalg_eig_real_6x6", _eig_invariants, [(6, 6)], input_range=(-1, 1)),
+        _complex_cases("linalg_eig_complex", _eig_invariants, [(5, 5)]),
+        _complex_cases("linalg_eig_complex_3x3", _eig_invariants, [(3, 3)]),
+        case("linalg_eig_right", _eig_right, [(5, 5)], input_range=(-1, 1)),
+        _complex_cases("linalg_eig_left", _eig_left, [(4, 4)]),
+        case("linalg_eig_vmap", jax.vmap(_eig_invariants), [(3, 4, 4)], input_range=(-1, 1)),
+        _complex_cases("linalg_eig_batched", _eig_invariants, [("B", 3, 3)]),
+        case("jnp_linalg_eigvals", _eigvals, [(5, 5)], input_range=(-1, 1)),
+        _complex_cases("jnp_linalg_eigvals_complex", _eigvals, [(6, 6)]),
+        case("jnp_linalg_eig_reconstruct", _eig_reconstruct, [(4, 4)], input_range=(-1, 1)),
+        case("jnp_roots", _roots, [_ROOTS_COEFFS]),
+    ],
+)
+def eig(ctx, x, *, compute_left_eigenvectors, compute_right_eigenvectors, **_):
+    """Decomposed: complex Schur form by Hessenberg reduction and shifted QR (a
+    ``while_loop``), eigenvectors by substitution on the triangular factor, LAPACK's
+    normalisation (``_linalg_schur.eig``). A real input is converted to complex first."""
+    check_inputs(ctx, [2], complex_ok=True)
+    dtype = ctx.avals_out[0].dtype
+
+    def fn(a):
+        return _linalg_schur.eig(
+            a.astype(dtype), left=compute_left_eigenvectors, right=compute_right_eigenvectors
+        )
+
+    return ctx.decompose(fn, x)
+
+
+def _schur_invariants(x):
+    a = _spread(x)
+    t, z = lax_linalg.schur(a)
+    n = a.shape[-1]
+    return (
+        z @ t @ _h(z),
+        _h(z) @ z,
+        jnp.abs(jnp.where(np.tril(np.ones((n, n), bool), -1), t, 0)),
+        _power_sums(jnp.diagonal(t, axis1=-2, axis2=-1)),
+        jnp.sort(jnp.abs(jnp.diagonal(t, axis1=-2, axis2=-1)), axis=-1),
+    )
+
+
+@family.lowering(
+    lax_linalg.schur_p,
+    values="any",
+    cases=[
+        _complex_cases("linalg_schur_complex", _schur_invariants, [(4, 4)]),
+        _complex_cases("linalg_schur_complex_2x2", _schur_invariants, [(2, 2)]),
+        _complex_cases("linalg_schur_batched", _schur_invariants, [("B", 5, 5)]),
+        _complex_cases(
+            "scipy_linalg_schur",
+            lambda x: _schur_invariants(x)[:2],
+            [(3, 3)],
+        ),
+    ],
+)
+def schur(ctx, x, *, compute_schur_vectors, sort_eig_vals=False, select_callable=None, **_):
+    """Decomposed: complex Schur form by Hessenberg reduction and single-shift QR
+    iterations in a ``while_loop`` (``_linalg_schur.schur``)."""
+    check_inputs(ctx, [2], complex_ok=True)
+    if not np.issubdtype(ctx.avals_in[0].dtype, np.complexfloating):
+        raise ctx.error(
+            "the real Schur form of a real matrix is not supported yet (it needs a real "
+            "double-shift QR iteration): pass a complex matrix, e.g. schur(x.astype(complex)), "
+            "for the complex Schur form."
+        )
+    if sort_eig_vals or select_callable is not None:
+        raise ctx.error(
+            "schur with sort_eig_vals/select_callable is not supported: compute the "
+            "unsorted Schur form and reorder it outside the exported function."
+        )
+    t, z = ctx.decompose(_linalg_schur.schur, x, vectors=compute_schur_vectors)
+    return [t, z] if compute_schur_vectors else t
+
+
+@family.lowering(
+    lax_linalg.hessenberg_p,
+    values="any",
+    cases=[
+        case("linalg_hessenberg", lax_linalg.hessenberg, [(5, 5)]),
+        case("linalg_hessenberg_2x2", lax_linalg.hessenberg, [(2, 2)]),
+        case("linalg_hessenberg_batched", lax_linalg.hessenberg, [("B", 4, 4)]),
+        _complex_cases("linalg_hessenberg_complex", lax_linalg.hessenberg, [(4, 4)]),
+        _complex_cases("linalg_hessenberg_complex_batched", lax_linalg.hessenberg, [("B", 3, 3)]),
+        case(
+            "scipy_linalg_hessenberg_q",
+            lambda x: scipy_linalg().hessenberg(x, calc_q=True),
+            [(6, 6)],
+        ),
+        _complex_cases(
+            "scipy_linalg_hessenberg_q_complex",
+            lambda x: scipy_linalg().hessenberg(x, calc_q=True),
+            [(4, 4)],
+        ),
+    ],
+)
+def hessenberg(ctx, x):
+    """Decomposed: LAPACK gehd2's Householder reduction step for step (masked
+    rank-one updates), reflectors packed below the subdiagonal with their ``taus``."""
+    check_inputs(ctx, [2], complex_ok=True)
+    return ctx.decompose(_linalg_schur.gehrd, x)
+
+
+def _tridiagonal(lower):
+    return lambda x: lax_linalg.tridiagonal(x, lower=lower)
+
+
+@family.lowering(
+    lax_linalg.tridiagonal_p,
+    values="any",
+    cases=[
+        case("linalg_tridiagonal_lower", _tridiagonal(True), [(5, 5)]),
+        case("linalg_tridiagonal_upper", _tridiagonal(False), [(4, 4)]),
+        case("linalg_tridiagonal_2x2", _tridiagonal(True), [(2, 2)]),
+        case("linalg_tridiagonal_batched", _tridiagonal(False), [("B", 6, 6)]),
+        _complex_cases("linalg_tridiagonal_complex_lower", _tridiagonal(True), [(4, 4)]),
+        _complex_cases("linalg_tridiagonal_complex_upper", _tridiagonal(False), [(5, 5)]),
+    ],
+)
+def tridiagonal(ctx, x, *, lower):
+    """Decomposed: LAPACK sytd2/hetd2 step for step (one reflector and a Hermitian
+    rank-two update per column); the upper form as the lower one of the reversed matrix."""
+    check_inputs(ctx, [2], complex_ok=True)
+    return ctx.decompose(_linalg_schur.sytrd, x, lower=lower)
+
+
+register = family.register
