@@ -183,3 +183,22 @@ def test_a_primitive_without_a_complex_rule_is_reported_with_the_users_line():
     message = str(info.value)
     assert "'half_real_only (on complex values)' on (complex64[3])" in message
     assert "test_complex.py" in message and "values='complex'" in message
+
+
+def test_channels_first_complex_input_and_output_keep_the_parts_axis_last(tmp_path):
+    fn = lambda z: z * (1 - 2j) + 1  # noqa: E731
+    spec = jax.ShapeDtypeStruct((1, 4, 5, 3), C64)
+    path = to_onnx(
+        fn,
+        [spec],
+        inputs_as_nchw=[0],
+        outputs_as_nchw=[0],
+        return_mode="file",
+        output_path=str(tmp_path / "nchw.onnx"),
+    )
+    model = onnx.load(path)
+    assert _dims(model.graph.input[0]) == [1, 3, 4, 5, 2]
+    assert _dims(model.graph.output[0]) == [1, 3, 4, 5, 2]
+    z = _z(1, 4, 5, 3)
+    ok, message = allclose(fn, path, [z], inputs_as_nchw=[0], outputs_as_nchw=[0])
+    assert ok, message

@@ -31,12 +31,9 @@ def test_float8_bitcast_below_opset_26_names_the_opset():
         to_onnx(f, [(3,)], opset=23)
 
 
-def test_linalg_refuses_complex_matrices():
-    with pytest.raises(LoweringError, match=r"cholesky at .*test_errors.py.*complex"):
-        to_onnx(
-            lambda x: lax.linalg.cholesky(x, symmetrize_input=False),
-            [np.eye(3, dtype=np.complex64)],
-        )
+def test_schur_refuses_sorted_eigenvalues():
+    with pytest.raises(LoweringError, match=r"schur at .*test_errors.py.*sort_eig_vals"):
+        to_onnx(lambda x: lax.linalg.schur(x, sort_eig_vals=True)[0], [(3, 3)])
 
 
 def test_linalg_needs_static_matrix_dims():

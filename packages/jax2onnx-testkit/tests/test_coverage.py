@@ -10,8 +10,28 @@ def test_rows_carry_emitted_ops_dtypes_and_cases():
     assert {"float32", "float64"} <= rows["tanh"].dtypes
     assert rows["tanh"].cases >= 1
     assert not any(r.errors for r in rows.values())
-    # complex FFTs are a documented gap (strict xfail cases): listed, not hidden
-    assert "rfft_abs" in rows["fft"].known_gaps
+
+
+def test_a_case_marked_xfail_that_fails_to_convert_is_a_listed_gap(monkeypatch):
+    import types
+
+    from jax.extend.core import Primitive
+
+    import jax2onnx
+    from jax2onnx.plugin import Rules, case
+
+    unlowered_p = Primitive("unlowered_for_coverage")
+    unlowered_p.def_abstract_eval(lambda x: x)
+    rules = Rules("gaps")
+    rules.add_cases(
+        "tanh",
+        [case("no_rule", lambda x: unlowered_p.bind(x), [(3,)], xfail="no lowering yet")],
+    )
+    plugin = types.SimpleNamespace(name="gaps", rules=rules)
+    monkeypatch.setattr(jax2onnx, "plugins", lambda: types.SimpleNamespace(plugins=[plugin]))
+    (row,) = coverage(["gaps"])
+    assert row.known_gaps == ["no_rule"] and row.cases == 1 and not row.errors
+    assert "[known gap, xfail: no_rule]" in render([row], markdown=True)
 
 
 def test_aliases_share_a_row_and_markdown_has_a_table():

@@ -237,7 +237,13 @@ def convert(
                 ir_version=ir_version_for(opset),
                 producer_version=_version(),
             )
-            layout.adapt_nchw(model, options.inputs_as_nchw, options.outputs_as_nchw)
+            layout.adapt_nchw(
+                model,
+                options.inputs_as_nchw,
+                options.outputs_as_nchw,
+                _complex_positions(s.dtype for s in input_specs.all_specs),
+                _complex_positions(v.aval.dtype for v in closed.jaxpr.outvars),
+            )
     with step("passes", report_times):
         passes.optimize(model)
     report = ConversionReport(
@@ -245,6 +251,12 @@ def convert(
         types.MappingProxyType({k: frozenset(v) for k, v in emitted.items()}),
     )
     return ConversionResult(model, report)
+
+
+def _complex_positions(dtypes: Any) -> frozenset[int]:
+    from jax2onnx.keys import is_complex
+
+    return frozenset(i for i, d in enumerate(dtypes) if is_complex(d))
 
 
 def _version() -> str:

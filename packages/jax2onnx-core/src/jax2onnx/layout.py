@@ -5,7 +5,8 @@ position or name) whose layout outside the model is (N, C, spatial...) while
 the function computes in (N, spatial..., C). This step rewrites the lowered
 model: such an input gets the channels-first shape and a ``Transpose`` to the
 layout the graph reads; such an output is transposed back. The transpose
-passes then merge these with the layout changes inside the graph.
+passes then merge these with the layout changes inside the graph. A complex
+value keeps its trailing axis of real and imaginary parts in place.
 """
 
 from __future__ import annotations
@@ -16,13 +17,20 @@ from typing import Any
 from jax2onnx._ir import ir
 
 
-def to_nchw(shape: Sequence[Any]) -> list[Any]:
-    """Channels-last order -> channels-first: (N, *spatial, C) -> (N, C, *spatial)."""
+def to_nchw(shape: Sequence[Any], parts: bool = False) -> list[Any]:
+    """Channels-last order -> channels-first: (N, *spatial, C) -> (N, C, *spatial).
+
+    ``parts``: the last axis holds a complex value's parts and stays last.
+    """
     shape = list(shape)
+    if parts:
+        return [*to_nchw(shape[:-1]), shape[-1]]
     return [shape[0], shape[-1], *shape[1:-1]]
 
 
-def _to_nhwc_perm(rank: int) -> list[int]:
+def _to_nhwc_perm(rank: int, parts: bool = False) -> list[int]:
+    if parts:
+        return [*_to_nhwc_perm(rank - 1), rank - 1]
     return [0, *range(2, rank), 1]
 
 
@@ -31,7 +39,10 @@ def _transpose(value: ir.Value, perm: list[int], name: str) -> ir.Node:
 
 
 def positions(
-    argument: str, wanted: Sequence[int | str] | None, values: Sequence[ir.Value]
+    argument: str,
+    wanted: Sequence[int | str] | None,
+    values: Sequence[ir.Value],
+    complex_values: frozenset[int] = frozenset(),
 ) -> list[int]:
     """Indices named by ``inputs_as_nchw``/``outputs_as_nchw`` (positions or names)."""
     names = [v.name for v in values]
@@ -45,7 +56,7 @@ def positions(
             index = item
         else:
             raise ValueError(f"{argument}: {item!r} is not a name or a position < {len(names)}")
-        rank = len(values[index].shape)
+        rank = len(values[index].shape) - (index in complex_values)
         if rank < 3:
             raise ValueError(
                 f"{argument}: {names[index]!r} has rank {rank}; the NCHW adaptor needs "
@@ -60,23 +71,29 @@ def adapt_nchw(
     model: ir.Model,
     inputs_as_nchw: Sequence[int | str] | None,
     outputs_as_nchw: Sequence[int | str] | None,
+    complex_inputs: frozenset[int] = frozenset(),
+    complex_outputs: frozenset[int] = frozenset(),
 ) -> ir.Model:
-    """Give the named inputs and outputs of ``model`` the channels-first layout."""
+    """Give the named inputs and outputs of ``model`` the channels-first layout.
+
+    ``complex_inputs``/``complex_outputs``: positions of complex values, whose
+    stored trailing axis of parts is not a channel axis.
+    """
     graph = model.graph
-    inputs = positions("inputs_as_nchw", inputs_as_nchw, list(graph.inputs))
-    outputs = positions("outputs_as_nchw", outputs_as_nchw, list(graph.outputs))
+    inputs = positions("inputs_as_nchw", inputs_as_nchw, list(graph.inputs), complex_inputs)
+    outputs = positions("outputs_as_nchw", outputs_as_nchw, list(graph.outputs), complex_outputs)
     for i in inputs:
         inside = graph.inputs[i]
-        rank = len(inside.shape)
+        rank, parts = len(inside.shape), i in complex_inputs
         outside = ir.Value(
-            name=inside.name, type=inside.type, shape=ir.Shape(to_nchw(inside.shape))
+            name=inside.name, type=inside.type, shape=ir.Shape(to_nchw(inside.shape, parts))
         )
         inside.name = f"{outside.name}_nhwc"
         node = ir.Node(
             "",
             "Transpose",
             [outside],
-            attributes=[ir.AttrInt64s("perm", _to_nhwc_perm(rank))],
+            attributes=[ir.AttrInt64s("perm", _to_nhwc_perm(rank, parts))],
             name=f"{outside.name}_to_nhwc",
         )
         transposed = node.outputs[0]
@@ -89,18 +106,18 @@ def adapt_nchw(
             graph.append(node)
     for i in outputs:
         result = graph.outputs[i]
-        rank = len(result.shape)
+        rank, parts = len(result.shape), i in complex_outputs
         name = result.name
         result.name = f"{name}_nhwc"
         node = ir.Node(
             "",
             "Transpose",
             [result],
-            attributes=[ir.AttrInt64s("perm", to_nchw(range(rank)))],
+            attributes=[ir.AttrInt64s("perm", to_nchw(range(rank), parts))],
             name=f"{name}_to_nchw",
         )
         out = node.outputs[0]
-        out.name, out.type, out.shape = name, result.type, ir.Shape(to_nchw(result.shape))
+        out.name, out.type, out.shape = name, result.type, ir.Shape(to_nchw(result.shape, parts))
         graph.append(node)
         graph.outputs[i] = out
     return model

@@ -52,13 +52,20 @@ def stored(x: Any) -> np.ndarray:
     return complex_parts(array) if is_complex(array.dtype) else array
 
 
-def _leaves(values: Sequence[Any]) -> list[np.ndarray]:
+def _key_data_or_array(x: Any) -> np.ndarray:
+    from jax2onnx.keys import is_extended
+
+    return stored(x) if is_extended(getattr(x, "dtype", None)) else np.asarray(x)
+
+
+def _leaves(values: Sequence[Any]) -> list[Any]:
+    """The leaves of ``values`` (key arrays are leaves), not yet stored."""
     import jax
 
     from jax2onnx.keys import is_extended
 
     is_leaf = lambda v: is_extended(getattr(v, "dtype", None))  # noqa: E731
-    return [stored(leaf) for leaf in jax.tree_util.tree_leaves(list(values), is_leaf=is_leaf)]
+    return jax.tree_util.tree_leaves(list(values), is_leaf=is_leaf)
 
 
 def _to_channels_first(x: np.ndarray) -> np.ndarray:
@@ -117,8 +124,8 @@ def feed(
     result = {}
     for index, (meta, leaf) in enumerate(zip(metas, leaves, strict=True)):
         if _selected(inputs_as_nchw, index, meta.name):
-            leaf = _to_channels_first(leaf)
-        result[meta.name] = leaf
+            leaf = _to_channels_first(np.asarray(leaf))
+        result[meta.name] = stored(leaf)
     names = {m.name: m for m in session.get_inputs()}
     for key, value in input_params.items():
         if key in names:
@@ -189,6 +196,7 @@ def allclose(
     import jax
 
     from jax2onnx.api import traced_callable
+    from jax2onnx.keys import from_parts, is_complex
 
     xs = validation_inputs(inputs)
     params = dict(input_params or {})
@@ -198,15 +206,17 @@ def allclose(
         got = ort_session.run(None, ort_feed)
     except Exception as err:  # a feed that does not fit the model: a failed check, said why
         return False, f"ONNX Runtime could not run {os.fspath(onnx_model_path)!r}: {err}"
-    names = [o.name for o in ort_session.get_outputs()]
-    got = [
-        _to_channels_last(g) if _selected(outputs_as_nchw, i, names[i]) else g
-        for i, g in enumerate(got)
-    ]
     reference = traced_callable(fn, params)
     with jax.enable_x64(bool(enable_double_precision)):
         out = reference(*xs, **params)
-        expected = _leaves([out])
+        # key arrays as their key data; complex values stay complex, compared as such
+        expected = [_key_data_or_array(x) for x in _leaves([out])]
+    names = [o.name for o in ort_session.get_outputs()]
+    for i, want in enumerate(expected[: len(got)]):
+        if is_complex(want.dtype) and got[i].shape[-1:] == (2,):
+            got[i] = from_parts(got[i], want.dtype)  # real and imaginary parts
+        if _selected(outputs_as_nchw, i, names[i]):
+            got[i] = _to_channels_last(got[i])
     return compare(expected, got, rtol, atol, "JAX vs ONNX Runtime")
 
 

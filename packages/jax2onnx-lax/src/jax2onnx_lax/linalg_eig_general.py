@@ -22,6 +22,13 @@ real/imaginary pairs in the graph).
   arithmetic converge to complex eigenvalues directly, without the 2x2 blocks
   of a real double-shift iteration), so the imaginary parts of real
   eigenvalues are at rounding level rather than exactly zero.
+* ``schur`` of a real matrix is the real Schur form (``_linalg_real_schur``):
+  the same Hessenberg reduction, then Francis double-shift QR iterations in
+  real arithmetic in one ``while_loop`` (LAPACK dhseqr/dlahqr's method; same
+  deflation criterion and cap as above, the active block being the last
+  unreduced one of three or more rows), and every remaining 2x2 block rotated
+  to LAPACK's standard form (equal diagonal entries, off-diagonal product
+  negative; real eigenvalues split into two 1x1 blocks, as dlanv2 does).
 
 Gauge freedoms, which cases must not compare: the order of the eigenvalues
 (and of the Schur form's diagonal) is the QR iteration's, not LAPACK's; each
@@ -30,14 +37,16 @@ largest magnitude real and positive), which for complex inputs fixes it
 uniquely for distinct eigenvalues, but for a real input LAPACK keeps the sign
 of a real eigenvector and its own phase of complex pairs; the Schur vectors
 of a complex matrix are unique only up to a unit phase per column (given the
-order). The cases therefore compare order- and phase-invariant functions:
-power sums ``sum(w**k)``, residuals ``A v - v w``, reconstructions, sorted
-magnitudes, and the gauge itself (the imaginary part of each vector's largest
-entry). Matrix dimensions must be static; batch dimensions may be symbolic.
+order), those of a real one up to the order of the blocks and a sign per
+column (and a rotation within a 2x2 block). The cases therefore compare
+order- and phase-invariant functions: power sums ``sum(w**k)`` (``trace(T^k)``
+for the real Schur form), residuals ``A v - v w``, reconstructions, sorted
+magnitudes (sorted real parts and ``|imaginary parts|`` from the real form's
+blocks), the block structure, and the gauge itself (the imaginary part of
+each vector's largest entry). Matrix dimensions must be static; batch
+dimensions may be symbolic.
 
-Not done: ``schur`` of a real matrix (the real quasi-triangular Schur form
-needs a real double-shift iteration with standardised 2x2 blocks) and
-``schur`` with ``sort_eig_vals``/``select_callable``.
+Not done: ``schur`` with ``sort_eig_vals``/``select_callable``.
 """
 
 from __future__ import annotations
@@ -48,7 +57,7 @@ import numpy as np
 from jax.lax import linalg as lax_linalg
 
 from jax2onnx.plugin import Family, case
-from jax2onnx_lax import _linalg_schur
+from jax2onnx_lax import _linalg_real_schur, _linalg_schur
 from jax2onnx_lax.linalg import check_inputs, scipy_linalg
 
 family = Family("lax")
@@ -188,6 +197,77 @@ def _schur_invariants(x):
     )
 
 
+# Real Schur cases: Q (B + eps x) Q^T with B block diagonal (pairs r +- i w as [[r, w], [-w, r]]
+# and real eigenvalues, spread over [-0.9, 0.9]; its top-left 6x6 is _REAL_BASE) and Q a fixed
+# orthogonal matrix, so the iteration has real work and the eigenvalues stay well separated.
+_PAIRS = [(0.3, 0.6), (-0.5, 0.15), (0.6, 0.3), (-0.2, 0.7), (0.0, 0.4), (-0.7, 0.5)]
+_REALS = [0.9, -0.9, 0.75, -0.35, 0.15, 0.45]
+_SCHUR_BASE = np.zeros((18, 18))
+for _j, ((_r, _w), _v) in enumerate(zip(_PAIRS, _REALS, strict=True)):
+    _SCHUR_BASE[3 * _j : 3 * _j + 2, 3 * _j : 3 * _j + 2] = [[_r, _w], [-_w, _r]]
+    _SCHUR_BASE[3 * _j + 2, 3 * _j + 2] = _v
+_SPLIT_BASE = np.array([[0.7, 0.5], [0.0, -0.4]])  # real eigenvalues: the 2x2 block splits
+
+
+def _orthogonal(n):
+    return np.linalg.qr(np.random.default_rng(n).standard_normal((n, n)))[0]
+
+
+def _real_matrix(x, base=None, eps=0.04):
+    n = x.shape[-1]
+    q = _orthogonal(n)
+    b = _SCHUR_BASE[:n, :n] if base is None else base
+    return jnp.asarray(q, x.dtype) @ (eps * x + jnp.asarray(b, x.dtype)) @ q.T.astype(x.dtype)
+
+
+def _real_schur_form(t):
+    """Invariants of a real Schur form ``t``, whatever its block order: the entries
+    below the subdiagonal, for each 2x2 block the difference of its diagonal entries,
+    whether every block has ``b c < 0``, whether blocks are apart, the number of blocks,
+    ``trace(t^k)`` for ``k = 1 .. n``, and the sorted real and ``|imaginary|`` parts of
+    the eigenvalues read from the blocks."""
+    n = t.shape[-1]
+    d = jnp.diagonal(t, axis1=-2, axis2=-1)
+    if n == 1:
+        return d, jnp.zeros_like(d)
+    sub = jnp.diagonal(t, offset=-1, axis1=-2, axis2=-1)
+    sup = jnp.diagonal(t, offset=1, axis1=-2, axis2=-1)
+    block = sub != 0
+    im = jnp.sqrt(jnp.abs(jnp.where(block, sub * sup, 0)))
+    zero = jnp.zeros_like(d[..., :1])
+    im = jnp.concatenate([im, zero], -1) + jnp.concatenate([zero, im], -1)
+    powers, p = [], t
+    for _ in range(n):
+        powers.append(jnp.trace(p, axis1=-2, axis2=-1))
+        p = p @ t
+    return (
+        jnp.abs(jnp.where(np.tril(np.ones((n, n), bool), -2), t, 0)),
+        jnp.where(block, d[..., :-1] - d[..., 1:], 0),
+        jnp.all(jnp.where(block, sub * sup < 0, True), axis=-1),
+        ~jnp.any(block[..., :-1] & block[..., 1:], axis=-1),
+        jnp.sum(block, axis=-1),
+        jnp.stack(powers, axis=-1),
+        jnp.sort(d, axis=-1),
+        jnp.sort(im, axis=-1),
+    )
+
+
+def _real_schur_invariants(x, base=None, eps=0.04, schur=lax_linalg.schur):
+    a = _real_matrix(x, base, eps)
+    t, z = schur(a)
+    zt = jnp.swapaxes(z, -1, -2)
+    return (z @ t @ zt - a, zt @ z, *_real_schur_form(t))
+
+
+def _real_schur_values(x):
+    (t,) = lax_linalg.schur(_real_matrix(x), compute_schur_vectors=False)
+    return _real_schur_form(t)
+
+
+def _real_cases(name, fn, shapes, **kw):
+    return case(name, fn, shapes, input_range=(-1, 1), **kw)
+
+
 @family.lowering(
     lax_linalg.schur_p,
     values="any",
@@ -200,24 +280,44 @@ def _schur_invariants(x):
             lambda x: _schur_invariants(x)[:2],
             [(3, 3)],
         ),
+        *[
+            _real_cases(f"linalg_schur_real_{n}x{n}", _real_schur_invariants, [(n, n)])
+            for n in range(1, 7)
+        ],
+        _real_cases(
+            "linalg_schur_real_split",
+            lambda x: _real_schur_invariants(x, _SPLIT_BASE),
+            [(2, 2)],
+        ),
+        _real_cases(
+            "linalg_schur_real_18x18",
+            lambda x: _real_schur_invariants(x, eps=0.01),
+            [(18, 18)],
+        ),
+        _real_cases("linalg_schur_real_values", _real_schur_values, [(5, 5)]),
+        _real_cases("linalg_schur_real_vmap", jax.vmap(_real_schur_invariants), [(3, 4, 4)]),
+        _real_cases("linalg_schur_real_batched", _real_schur_invariants, [("B", 5, 5)]),
+        _real_cases(
+            "scipy_linalg_schur_real",
+            lambda x: _real_schur_invariants(x, schur=scipy_linalg().schur),
+            [(3, 3)],
+        ),
     ],
 )
 def schur(ctx, x, *, compute_schur_vectors, sort_eig_vals=False, select_callable=None, **_):
-    """Decomposed: complex Schur form by Hessenberg reduction and single-shift QR
-    iterations in a ``while_loop`` (``_linalg_schur.schur``)."""
+    """Decomposed: Hessenberg reduction, then QR iterations in a ``while_loop``:
+    single-shift in complex arithmetic for a complex matrix (``_linalg_schur``),
+    Francis double-shift in real arithmetic with standardised 2x2 blocks for a real
+    one (``_linalg_real_schur``)."""
     check_inputs(ctx, [2], complex_ok=True)
-    if not np.issubdtype(ctx.avals_in[0].dtype, np.complexfloating):
-        raise ctx.error(
-            "the real Schur form of a real matrix is not supported yet (it needs a real "
-            "double-shift QR iteration): pass a complex matrix, e.g. schur(x.astype(complex)), "
-            "for the complex Schur form."
-        )
     if sort_eig_vals or select_callable is not None:
         raise ctx.error(
             "schur with sort_eig_vals/select_callable is not supported: compute the "
             "unsorted Schur form and reorder it outside the exported function."
         )
-    t, z = ctx.decompose(_linalg_schur.schur, x, vectors=compute_schur_vectors)
+    real = not np.issubdtype(ctx.avals_in[0].dtype, np.complexfloating)
+    fn = _linalg_real_schur.schur if real else _linalg_schur.schur
+    t, z = ctx.decompose(fn, x, vectors=compute_schur_vectors)
     return [t, z] if compute_schur_vectors else t
 
 
