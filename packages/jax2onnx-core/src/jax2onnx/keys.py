@@ -55,6 +55,11 @@ def is_complex(dtype: Any) -> bool:
     return isinstance(dtype, np.dtype) and dtype.kind == "c"
 
 
+def touches_complex(eqn: Any) -> bool:
+    """Whether a jaxpr equation has a complex input or output."""
+    return any(is_complex(getattr(v.aval, "dtype", None)) for v in (*eqn.invars, *eqn.outvars))
+
+
 def physical(dtype: Any, shape: Any) -> tuple[Any, tuple[Any, ...]]:
     """``(dtype, shape)`` of the tensor that stores an array of ``dtype`` and ``shape``.
 

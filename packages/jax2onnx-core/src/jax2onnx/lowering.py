@@ -22,7 +22,14 @@ from jax2onnx.context import UNKNOWN_SOURCE, LoweringContext, source_line
 from jax2onnx.dims import DimValue, is_symbolic
 from jax2onnx.dtypes import onnx_dtype
 from jax2onnx.errors import Jax2OnnxError, LoweringError
-from jax2onnx.keys import complex_parts, is_complex, is_extended, on_key_data, physical
+from jax2onnx.keys import (
+    complex_parts,
+    is_complex,
+    is_extended,
+    on_key_data,
+    physical,
+    touches_complex,
+)
 from jax2onnx.registry import Registry, inline_fallback
 
 _SMALL_CONST = 1024  # constants up to this many elements are shared by value
@@ -454,11 +461,6 @@ def stamp(value: ir.Value, aval: Any, name: str = "?", lowering: Any = None) -> 
         return
     value.dtype = expected
     value.shape = ir_shape(shape)
-
-
-def touches_complex(eqn: Any) -> bool:
-    """Whether an equation has a complex input or output."""
-    return any(is_complex(getattr(v.aval, "dtype", None)) for v in (*eqn.invars, *eqn.outvars))
 
 
 def _no_complex_lowering(registry: Registry, eqn: Any, where: str) -> str:

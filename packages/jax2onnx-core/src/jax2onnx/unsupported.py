@@ -15,6 +15,7 @@ from typing import Any
 
 from jax2onnx.context import UNKNOWN_SOURCE, source_line
 from jax2onnx.errors import UnsupportedPrimitiveError
+from jax2onnx.keys import touches_complex
 
 # The modules that define JAX's own primitives (read on the error path only).
 _JAX_MODULES = (
@@ -63,18 +64,15 @@ def check_supported(
     first, then the line inside the lowering.
     """
     missing: dict[str, tuple[Any, str]] = {}
-    from jax2onnx.lowering import touches_complex
-
     for eqn, line in iter_equations(closed, enclosing or UNKNOWN_SOURCE):
         name = eqn.primitive.name
-        if touches_complex(eqn) and name in registry:
-            name = f"{name} (on complex values)"
-            if registry.handles(eqn.primitive.name, complex=True) or name in missing:
+        if touches_complex(eqn) and name in registry:  # lowered for real values: and complex?
+            if registry.handles(name, complex=True):
                 continue
-            if enclosing is not None and line != enclosing:
-                line = f"{enclosing}, in a lowering's decomposition at {line}"
-            missing[name] = (eqn, line)
-        elif name not in registry and name not in missing:
+            name = f"{name} (on complex values)"
+        elif name in registry:
+            continue
+        if name not in missing:
             if enclosing is not None and line != enclosing:
                 line = f"{enclosing}, in a lowering's decomposition at {line}"
             missing[name] = (eqn, line)
