@@ -318,3 +318,38 @@ def test_new_dimension_belongs_to_the_converting_thread():
     other.join()
     assert seen == ["UsageError"]
     assert _dims(model) == [["picked_0"]]
+
+
+def test_tracing_context_wraps_each_trace_and_is_left_on_errors():
+    import contextlib
+
+    events = []
+
+    @contextlib.contextmanager
+    def watching():
+        events.append("enter")
+        try:
+            yield
+        finally:
+            events.append("exit")
+
+    rules = Rules("watcher")
+    rules.tracing_context(watching)
+    rules.tracing_context(lambda: None)  # nothing to do: skipped
+    jax2onnx.to_onnx(lambda x: x * 2, [(3,)], extra_rules=[rules])
+    assert events == ["enter", "exit"]
+
+    def fails(x):
+        assert events[-1] == "enter", "the function runs inside the context"
+        raise RuntimeError("boom")
+
+    with pytest.raises(RuntimeError, match="boom"):
+        jax2onnx.to_onnx(fails, [(3,)], extra_rules=[rules])
+    assert events[-1] == "exit"
+    with pytest.raises(TypeError, match="callable"):
+        Rules("x").tracing_context(None)
+    rules.freeze()
+    with pytest.raises(RuntimeError, match="tracing context"):
+        rules.tracing_context(watching)
+    with pytest.raises(ValueError, match="give a binder"):
+        Rules("y").intercept("math.sqrt", None)

@@ -105,13 +105,31 @@ def _jvp(prim, impl, strategy):
     if strategy == "fallback":
 
         def fallback(primals, tangents, **params):
-            tangents = [ad.instantiate_zeros(t) for t in tangents]
-            return jax.jvp(functools.partial(impl, **params), tuple(primals), tuple(tangents))
+            # integer and boolean operands (masks, indices) have float0 tangents: held
+            # fixed, so no float0 zeros are staged into the graph
+            moving = [i for i, t in enumerate(tangents) if not _is_float0(t)]
+
+            def at(*xs):
+                args = list(primals)
+                for i, x in zip(moving, xs, strict=True):
+                    args[i] = x
+                return impl(*args, **params)
+
+            return jax.jvp(
+                at,
+                tuple(primals[i] for i in moving),
+                tuple(ad.instantiate_zeros(tangents[i]) for i in moving),
+            )
 
         return fallback
     raise ValueError(
         f"primitive {prim.name}: jvp must be 'fallback', None or a callable, got {strategy!r}"
     )
+
+
+def _is_float0(tangent) -> bool:
+    aval = tangent.aval if isinstance(tangent, ad.Zero) else jax.typeof(tangent)
+    return aval.dtype == jax.dtypes.float0
 
 
 def _is_array(value) -> bool:

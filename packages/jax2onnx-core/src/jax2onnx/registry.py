@@ -31,6 +31,9 @@ class Registry:
         self.interceptions: tuple[Interception, ...] = tuple(
             i for r in self.rules for i in r.interceptions
         )
+        self.tracing_contexts: tuple[Callable[[], Any], ...] = tuple(
+            f for r in self.rules for f in r.tracing_contexts
+        )
         self._impls = {m.name: m.impl for r in self.rules for m in r.macros if m.impl is not None}
 
     def __contains__(self, name: str) -> bool:

@@ -148,6 +148,7 @@ class Rules:
         self.interceptions: list[Interception] = []
         self.macros: list[MacroInfo] = []
         self.cases: list[tuple[str, Case]] = []
+        self.tracing_contexts: list[Callable[[], Any]] = []
         self._frozen = False
 
     def __repr__(self) -> str:
@@ -167,6 +168,7 @@ class Rules:
             self.interceptions = tuple(self.interceptions)  # type: ignore[assignment]
             self.macros = tuple(self.macros)  # type: ignore[assignment]
             self.cases = tuple(self.cases)  # type: ignore[assignment]
+            self.tracing_contexts = tuple(self.tracing_contexts)  # type: ignore[assignment]
             self._frozen = True
         return self
 
@@ -306,8 +308,13 @@ class Rules:
         ``aliases`` name other places that re-export the same function
         (``"flax.nnx.gelu"`` for ``"jax.nn.gelu"``); each is patched too, but
         only while it still is the very object ``target`` names.
+        ``primitive`` may be ``None`` when ``binder`` is given and the stand-in
+        binds no primitive of its own (it only makes the call traceable, as
+        the flax plugin does for ``nnx.bridge.ToNNX``).
         """
         self._check_open(f"an interception of {target!r}")
+        if primitive is None and binder is None:
+            raise ValueError(f"intercept {target!r}: without a primitive, give a binder")
         for name in (target, *aliases):
             if name.count(".") < 1:
                 raise ValueError(f"intercept target {name!r} must be 'module.attribute'")
@@ -319,6 +326,23 @@ class Rules:
         self.interceptions.append(
             Interception(target, binder, primitive, self.name, tuple(aliases))
         )
+
+    def tracing_context(self, factory: Callable[[], Any]) -> None:
+        """While ``to_onnx`` traces, enter the context manager ``factory()`` returns.
+
+        For libraries with an interception API of their own (Flax Linen's
+        ``nn.intercept_methods``): the plugin's stand-ins run inside the
+        library's machinery instead of replacing a module attribute. The
+        context is entered in the thread that traces and left when the trace
+        ends (also on errors), so, like attribute interceptions, it is seen by
+        this conversion only as far as the library keeps its interceptors per
+        thread. ``factory`` returns ``None`` when there is nothing to do (the
+        library is not imported): it must not import the library itself.
+        """
+        self._check_open("a tracing context")
+        if not callable(factory):
+            raise TypeError(f"tracing_context takes a callable, got {type(factory).__name__}")
+        self.tracing_contexts.append(factory)
 
 
 def _one_op(op_type: str) -> LoweringFn:
@@ -381,6 +405,10 @@ class Family:
     def intercept(self, target: str, primitive: Any, **options: Any) -> None:
         """As :meth:`Rules.intercept`."""
         self._declarations.append(lambda rules: rules.intercept(target, primitive, **options))
+
+    def tracing_context(self, factory: Callable[[], Any]) -> None:
+        """As :meth:`Rules.tracing_context`."""
+        self._declarations.append(lambda rules: rules.tracing_context(factory))
 
     def primitive(self, name: str, **options: Any) -> Any:
         """As :meth:`Rules.primitive`: the primitive ``<plugin>.<name>``, made now."""

@@ -60,6 +60,10 @@ def trace(fn: Callable[..., Any], specs: Any, registry: Any, plugin_set: Any) ->
             interceptions_active(interceptions),
             exporting(),
         ):
+            for factory in registry.tracing_contexts:
+                entered = factory()
+                if entered is not None:
+                    keys.enter_context(entered)
             dims.on_new = lambda: keys.enter_context(_JIT_KEY((interceptions, dims, dims.made)))
             dims.on_new()
             return jax.make_jaxpr(target, return_shape=True)(*specs.all_specs)

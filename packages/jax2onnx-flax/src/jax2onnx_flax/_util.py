@@ -101,3 +101,59 @@ def grad_of_squares(module):
 def factory_cases(rows):
     """``(name, factory, inputs, options)`` rows as factory cases."""
     return [case(name, make, inputs, factory=True, **kw) for name, make, inputs, kw in rows]
+
+
+# -- Linen ----------------------------------------------------------------------------
+
+
+def linen_promoted(module: Any, arrays: tuple[Any, ...]) -> tuple[Any, ...]:
+    """As :func:`promoted` for a Linen layer (whose ``promote_dtype`` takes varargs)."""
+    targets = jax.eval_shape(lambda a: module.promote_dtype(*a, dtype=module.dtype), tuple(arrays))
+    return tuple(_promote(x, t) for x, t in zip(arrays, targets, strict=True))
+
+
+def linen_factory(
+    build: Callable[[Any], Any],
+    *shapes: tuple[int, ...],
+    wrap: Callable[[Any], Any] | None = None,
+    init_kwargs: dict[str, Any] | None = None,
+):
+    """A case factory: ``build(nn)`` initialised on ones of ``shapes``, returned bound.
+
+    Every float variable is moved off its initial value (zero biases, unit
+    scales and variances would hide a misplaced operand), so the case
+    compares all of them. ``wrap`` turns the bound module into what the case
+    converts (``jax.vmap``, a gradient, a lambda).
+    """
+
+    def make():
+        from flax import linen as nn
+
+        module = build(nn)
+        samples = [jnp.ones(s, jnp.float32) for s in shapes]
+        variables = module.init(jax.random.key(0), *samples, **(init_kwargs or {}))
+        variables = perturbed(variables)
+        bound = module.bind(variables)
+        return wrap(bound) if wrap is not None else bound
+
+    return make
+
+
+def perturbed(variables: Any, scale: float = 0.1) -> Any:
+    """``variables`` plus small normal noise on every float leaf (a fixed key)."""
+    leaves, tree = jax.tree.flatten(variables)
+    keys = jax.random.split(jax.random.key(1), max(len(leaves), 1))
+    out = [
+        leaf + scale * jax.random.normal(k, jnp.shape(leaf), leaf.dtype)
+        if jnp.issubdtype(jnp.result_type(leaf), jnp.floating)
+        else leaf
+        for leaf, k in zip(leaves, keys)
+    ]
+    return jax.tree.unflatten(tree, out)
+
+
+def via_apply(bound, **kwargs):
+    """``lambda x: model.apply(variables, x, **kwargs)`` for a bound module: the idiom
+    every Linen user writes (the flags are the ones spelled, nothing pinned)."""
+    module, variables = bound.unbind()
+    return lambda *args: module.apply(variables, *args, **kwargs)

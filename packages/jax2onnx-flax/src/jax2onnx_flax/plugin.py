@@ -1,20 +1,25 @@
-"""jax2onnx-flax: Flax NNX modules.
+"""jax2onnx-flax: Flax NNX and Linen modules.
 
-``jax2onnx_prepare`` turns an ``nnx.Module`` (or a bound method of one) into a
-pure function over its state in inference mode (see :mod:`jax2onnx_flax.prepare`);
-the family modules intercept NNX modules (``Linear`` -> Gemm, ``LayerNorm`` ->
-LayerNormalization, ``MultiHeadAttention`` -> Attention ...).
+``jax2onnx_prepare`` turns an ``nnx.Module`` (or a bound method of one), a
+bound Linen module or an ``nnx.bridge.ToNNX`` into a pure function over its
+state in inference mode (see :mod:`jax2onnx_flax.prepare` and
+:mod:`jax2onnx_flax.linen`); the family modules intercept NNX modules by
+attribute and Linen layers through Flax's own method interceptor
+(``Linear``/``Dense`` -> Gemm, ``LayerNorm`` -> LayerNormalization,
+``MultiHeadAttention`` -> Attention ...).
 Importing this module never imports Flax: the hook looks at ``sys.modules``
-first, since an object cannot be an NNX module unless Flax is loaded.
+first, since an object cannot be a Flax module unless Flax is loaded.
 """
 
 from __future__ import annotations
 
+import functools
 import importlib
 import sys
 from typing import Any
 
 from jax2onnx.plugin import PrepareConfig, Prepared, Rules, hookimpl
+from jax2onnx_flax import linen
 
 # the family modules, imported by name when the rules are built
 FAMILIES = (
@@ -30,6 +35,15 @@ FAMILIES = (
     "embed",
     "model_cases",
     "pooling",
+    "bridge",
+    "linen_linear",
+    "linen_conv",
+    "linen_norm",
+    "linen_layers",
+    "linen_attention",
+    "linen_attention_cases",
+    "linen_rnn",
+    "linen_models",
 )
 
 
@@ -39,11 +53,17 @@ def jax2onnx_rules() -> Rules:
     rules = Rules("flax")
     for name in FAMILIES:
         importlib.import_module(f"{__package__}.{name}").register(rules)
+    table = linen.declared(FAMILIES, __package__)
+    rules.tracing_context(functools.partial(linen.tracing_context, table))
     return rules
 
 
 @hookimpl
 def jax2onnx_prepare(fn: Any, config: PrepareConfig) -> Prepared | None:
+    if "flax.linen" in sys.modules:
+        bound = linen.as_bound_call(fn)
+        if bound is not None:
+            return linen.prepare_bound(*bound, config)
     if "flax.nnx" not in sys.modules:
         return None
     from jax2onnx_flax.prepare import (

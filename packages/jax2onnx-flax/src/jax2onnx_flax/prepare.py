@@ -14,14 +14,14 @@ treatment: it is called with inference-mode copies in those cells.
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import sys
 import types
 from typing import Any
 
 from jax2onnx.plugin import PrepareConfig, Prepared
-
-# Keyword arguments of ``Module.eval``-style switches a user may keep as runtime inputs.
-INFERENCE_ATTRIBUTES = ("deterministic", "use_running_average")
+from jax2onnx_flax import linen
 
 
 def as_module_call(obj: Any) -> tuple[Any, str | None] | None:
@@ -70,6 +70,7 @@ def prepare_closure(fn: Any, positions: list[int], config: PrepareConfig) -> Pre
         if pinned:
             for copy in copies:
                 copy.set_attributes(**pinned, raise_if_not_found=False)
+        linen.strip_bridge_rngs(copies)
         replaced = dict(zip(positions, copies))
         closure = tuple(
             types.CellType(replaced[i]) if i in replaced else cell for i, cell in enumerate(cells)
@@ -78,16 +79,17 @@ def prepare_closure(fn: Any, positions: list[int], config: PrepareConfig) -> Pre
             fn.__code__, fn.__globals__, fn.__name__, fn.__defaults__, closure
         )
         clone.__kwdefaults__ = fn.__kwdefaults__
-        return clone(*args, **kwargs)
+        with _linen_inference(config):
+            return clone(*args, **kwargs)
 
     _copy_signature(pure, fn)
     return Prepared(fn=pure, name=getattr(fn, "__qualname__", None))
 
 
 def _pinned(config: PrepareConfig) -> dict[str, bool]:
-    """Switches the user passes as input_params stay runtime inputs: do not pin them."""
-    runtime = set(config.input_params)
-    return {name: True for name in INFERENCE_ATTRIBUTES if name not in runtime}
+    """Switches the user passes as input_params stay runtime inputs: do not pin them (and a
+    bool flag of the model's own, such as ``train``, leaves every switch to the model)."""
+    return dict.fromkeys(sorted(linen.pinned_switches(config.input_params)), True)
 
 
 def prepare_module(module: Any, method: str | None, config: PrepareConfig) -> Prepared:
@@ -107,11 +109,20 @@ def prepare_module(module: Any, method: str | None, config: PrepareConfig) -> Pr
         copy = nnx.merge(graphdef, state)
         if pinned:
             copy.set_attributes(**pinned, raise_if_not_found=False)
+        linen.strip_bridge_rngs([copy])
         call = getattr(copy, method) if method else copy
-        return call(*args, **kwargs)
+        with _linen_inference(config):
+            return call(*args, **kwargs)
 
     _copy_signature(pure, getattr(module, method) if method else module.__call__)
     return Prepared(fn=pure, name=target_name)
+
+
+def _linen_inference(config: PrepareConfig) -> Any:
+    """Linen layers inside the module (``nnx.bridge.ToNNX``) run in inference mode too."""
+    if "flax.linen" not in sys.modules:
+        return contextlib.nullcontext()
+    return linen.inference(config.input_params)
 
 
 def _copy_signature(pure: Any, call: Any) -> None:

@@ -1,0 +1,251 @@
+"""Example Flax Linen models, and their cases (small configs, random weights).
+
+- :func:`resnet`: a ResNet with a stride-2 stem, basic blocks, and a stride and channel
+  change between stages (projection shortcut: 1x1 ``Conv`` + ``BatchNorm``), global average
+  pooling and a ``Dense`` head; ``BatchNorm`` and ``Dropout`` follow a ``train`` flag;
+- :func:`encoder`: a transformer encoder (``Embed``, learned positions, post-LN blocks with
+  ``SelfAttention``, ``Dropout`` after attention and in the MLP, a padding mask) whose
+  dropout follows a ``deterministic`` flag;
+- :func:`lstm`: a sequence classifier (``Embed`` -> ``nn.RNN(LSTMCell)`` -> ``Dense`` on the
+  last step).
+
+Each builder returns ``(module, variables)`` (initialised with a fixed key, the BatchNorm
+statistics moved off their initial values); ``model.bind(variables)`` is what ``to_onnx``
+takes. The ResNet is also converted wrapped in ``nnx.bridge.ToNNX``. Importing this module
+never imports Flax: the classes are defined on first use (:func:`classes`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import types
+from typing import Any
+
+import numpy as np
+
+from jax2onnx.plugin import Family, case
+
+family = Family("flax")
+register = family.register
+
+LINEN = ()
+
+
+@dataclasses.dataclass(frozen=True)
+class ResNetConfig:
+    image: int = 16
+    channels: int = 3
+    widths: tuple[int, ...] = (8, 16)  # one stage per width; each later stage halves the size
+    blocks: int = 1  # basic blocks per stage
+    classes: int = 10
+    dropout: float = 0.2
+
+
+@dataclasses.dataclass(frozen=True)
+class EncoderConfig:
+    vocab: int = 50
+    max_len: int = 16
+    dim: int = 16
+    heads: int = 2
+    mlp_dim: int = 32
+    depth: int = 2
+    dropout: float = 0.1
+
+
+@dataclasses.dataclass(frozen=True)
+class LSTMConfig:
+    vocab: int = 40
+    dim: int = 8
+    hidden: int = 12
+    classes: int = 3
+
+
+@functools.cache
+def classes() -> types.SimpleNamespace:
+    """Define the model classes (imports Flax); one namespace, built once."""
+    import jax.numpy as jnp
+    from flax import linen as nn
+
+    class BasicBlock(nn.Module):
+        features: int
+        strides: int = 1
+
+        @nn.compact
+        def __call__(self, x, train: bool = False):
+            norm = functools.partial(nn.BatchNorm, use_running_average=not train)
+            y = nn.Conv(self.features, (3, 3), self.strides, padding=1, use_bias=False)(x)
+            y = nn.relu(norm()(y))
+            y = nn.Conv(self.features, (3, 3), padding=1, use_bias=False)(y)
+            y = norm()(y)
+            if x.shape[-1] != self.features or self.strides != 1:
+                x = nn.Conv(self.features, (1, 1), self.strides, use_bias=False)(x)
+                x = norm()(x)
+            return nn.relu(x + y)
+
+    class ResNet(nn.Module):
+        config: ResNetConfig
+
+        @nn.compact
+        def __call__(self, x, train: bool = False):
+            c = self.config
+            x = nn.Conv(c.widths[0], (3, 3), 2, padding=1, use_bias=False)(x)
+            x = nn.relu(nn.BatchNorm(use_running_average=not train)(x))
+            for stage, width in enumerate(c.widths):
+                for block in range(c.blocks):
+                    strides = 2 if stage > 0 and block == 0 else 1
+                    x = BasicBlock(width, strides)(x, train)
+            x = jnp.mean(x, axis=(1, 2))
+            x = nn.Dropout(c.dropout, deterministic=not train)(x)
+            return nn.Dense(c.classes)(x)
+
+    class EncoderBlock(nn.Module):
+        config: EncoderConfig
+
+        @nn.compact
+        def __call__(self, x, mask, deterministic: bool = True):
+            c = self.config
+            y = nn.SelfAttention(c.heads, dropout_rate=c.dropout)(x, mask, deterministic)
+            x = nn.LayerNorm()(x + nn.Dropout(c.dropout)(y, deterministic))
+            y = nn.Dense(c.dim)(nn.gelu(nn.Dense(c.mlp_dim)(x)))
+            return nn.LayerNorm()(x + nn.Dropout(c.dropout)(y, deterministic))
+
+    class Encoder(nn.Module):
+        config: EncoderConfig
+
+        @nn.compact
+        def __call__(self, tokens, deterministic: bool = True):
+            c = self.config
+            positions = self.param("positions", nn.initializers.normal(0.02), (c.max_len, c.dim))
+            x = nn.Embed(c.vocab, c.dim)(tokens) + positions[: tokens.shape[-1]]
+            mask = nn.make_attention_mask(tokens > 0, tokens > 0)
+            for _ in range(c.depth):
+                x = EncoderBlock(c)(x, mask, deterministic)
+            return x
+
+    class LSTMClassifier(nn.Module):
+        config: LSTMConfig
+
+        @nn.compact
+        def __call__(self, tokens):
+            c = self.config
+            x = nn.Embed(c.vocab, c.dim)(tokens)
+            x = nn.RNN(nn.LSTMCell(c.hidden))(x)
+            return nn.Dense(c.classes)(x[:, -1])
+
+    return types.SimpleNamespace(
+        BasicBlock=BasicBlock,
+        ResNet=ResNet,
+        EncoderBlock=EncoderBlock,
+        Encoder=Encoder,
+        LSTMClassifier=LSTMClassifier,
+    )
+
+
+def _initialised(module: Any, *samples: Any, **kwargs: Any) -> tuple[Any, Any]:
+    import jax
+
+    from jax2onnx_flax._util import perturbed
+
+    variables = module.init(jax.random.key(0), *samples, **kwargs)
+    return module, perturbed(variables)
+
+
+def resnet(config: ResNetConfig = ResNetConfig()) -> tuple[Any, Any]:
+    import jax.numpy as jnp
+
+    sample = jnp.ones((1, config.image, config.image, config.channels))
+    return _initialised(classes().ResNet(config), sample)
+
+
+def encoder(config: EncoderConfig = EncoderConfig()) -> tuple[Any, Any]:
+    import jax.numpy as jnp
+
+    return _initialised(classes().Encoder(config), jnp.ones((1, config.max_len), jnp.int32))
+
+
+def lstm(config: LSTMConfig = LSTMConfig()) -> tuple[Any, Any]:
+    import jax.numpy as jnp
+
+    return _initialised(classes().LSTMClassifier(config), jnp.ones((1, 5), jnp.int32))
+
+
+# -- cases ------------------------------------------------------------------------------
+
+
+def _bound(build):
+    def make():
+        module, variables = build()
+        return module.bind(variables)
+
+    return make
+
+
+def _bridged():
+    from flax import nnx
+
+    module, variables = resnet()
+    bridged = nnx.bridge.ToNNX(module, rngs=nnx.Rngs(0))
+    nnx.bridge.lazy_init(bridged, np.ones((1, 16, 16, 3), np.float32))
+    nnx.update(bridged, nnx.bridge.variables.linen_vars_to_nnx_attrs(variables))
+    return bridged
+
+
+_IMAGES = [("B", 16, 16, 3)]
+# Properties that hold in every variant (f32, f64, symbolic batch): float64 Conv has no
+# ONNX Runtime kernel and inlines JAX's computation, so Conv counts are not among them.
+_NO_RANDOM = {"Dropout": 0, "RandomUniform": 0, "RandomUniformLike": 0, "Bernoulli": 0}
+_RESNET_OPS = {"Gemm": 1, "Relu": 5, **_NO_RANDOM}
+_TOKENS = {"dtypes": [np.int32], "variants": ["f32", "f64"]}
+
+family.add_cases(
+    "linen_models",
+    [
+        case(
+            "linen_resnet",
+            _bound(resnet),
+            _IMAGES,
+            factory=True,
+            expect=["Add -> Relu"],
+            counts=_RESNET_OPS,
+        ),
+        case(
+            "linen_resnet_train_flag",
+            _bound(resnet),
+            _IMAGES,
+            input_params={"train": False},
+            factory=True,
+            variants=["f32"],
+            counts={"If": 1},
+        ),
+        case("linen_resnet_to_nnx", _bridged, _IMAGES, factory=True, counts=_RESNET_OPS),
+        case(
+            "linen_encoder",
+            _bound(encoder),
+            [("B", 8)],
+            input_range=(0, EncoderConfig().vocab),
+            factory=True,
+            counts={"Attention": 2, "LayerNormalization": 4, **_NO_RANDOM},
+            **_TOKENS,
+        ),
+        case(
+            "linen_encoder_dropout_flag",
+            _bound(encoder),
+            [("B", 8)],
+            input_range=(0, EncoderConfig().vocab),
+            input_params={"deterministic": True},
+            factory=True,
+            dtypes=[np.int32],
+            variants=["f32"],
+        ),
+        case(
+            "linen_lstm",
+            _bound(lstm),
+            [("B", 5)],
+            input_range=(0, LSTMConfig().vocab),
+            factory=True,
+            counts={"Loop": 1, **_NO_RANDOM},
+            **_TOKENS,
+        ),
+    ],
+)
