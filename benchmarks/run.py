@@ -1,8 +1,14 @@
-"""Conversion speed, memory and exported-model quality of the example NNX models.
+"""Conversion speed, memory and exported-model quality of the example Flax models.
 
-    python benchmarks/run.py                     # all models, full sizes
+    python benchmarks/run.py                     # the NNX models, full sizes
     python benchmarks/run.py --models mlp,cnn    # a subset
+    python benchmarks/run.py --models linen      # the Linen models, each also through lax only
     python benchmarks/run.py --small             # the test-suite configs (a smoke run)
+
+A model named ``<name>@lax`` is converted with the flax plugin disabled
+(``JAX2ONNX_DISABLE_PLUGINS=flax``): its layers decompose through the lax
+lowerings, as every Linen model did before the Linen stand-ins; it is the
+baseline the Linen rows are compared with.
 
 Each model is measured in a fresh Python process (so "first conversion" really
 is the first in its process) and the parent prints one table and writes JSON
@@ -33,6 +39,9 @@ import time
 from typing import Any
 
 MODELS = ("mlp", "cnn", "gpt2", "vit")
+# Linen models (jax2onnx_flax.linen_models), bound to their variables; "linen" names them all,
+# each followed by its lax-only baseline (ToNNX has none: without the plugin it cannot trace).
+LINEN = ("linen-resnet", "linen-resnet-tonnx", "linen-encoder", "linen-lstm")
 # Large models, run when named with --models: a >2 GiB float32 MLP (external data)
 # and the same MLP with bfloat16 weights (stored as bfloat16).
 LARGE = ("mlp-2g", "mlp-bf16")
@@ -98,7 +107,9 @@ def build(name: str, small: bool) -> tuple[Any, list[Any], Any]:
             [("B", LARGE_WIDTH)],
             lambda b: [rng.standard_normal((b, LARGE_WIDTH)).astype(np.float32)],
         )
-    known = ", ".join((*MODELS, *LARGE))
+    if name in LINEN:
+        return _linen(name, small, rng)
+    known = ", ".join((*MODELS, *LARGE, *LINEN))
     raise SystemExit(f"unknown model {name!r}; choose from {known}")
 
 
@@ -190,6 +201,61 @@ class _StepTimes:
         self.last = dict(getattr(record, "jax2onnx_timings", {}))
 
 
+def _linen(name: str, small: bool, rng: Any) -> tuple[Any, list[Any], Any]:
+    import jax
+    import numpy as np
+
+    from jax2onnx_flax import linen_models as lm
+
+    if name.startswith("linen-resnet"):
+        config = lm.ResNetConfig() if small else lm.ResNetConfig.resnet18()
+        module, variables = lm.resnet(config)
+        shape = (config.image, config.image, config.channels)
+        target = module.bind(variables)
+        if name.endswith("tonnx"):
+            from flax import nnx
+
+            target = nnx.bridge.ToNNX(module, rngs=nnx.Rngs(0))
+            nnx.bridge.lazy_init(target, np.ones((1, *shape), np.float32))
+            nnx.update(target, nnx.bridge.variables.linen_vars_to_nnx_attrs(variables))
+        return (
+            target,
+            [("B", *shape)],
+            lambda b: [rng.standard_normal((b, *shape)).astype(np.float32)],
+        )
+    if name == "linen-encoder":
+        config = lm.EncoderConfig() if small else lm.EncoderConfig.base()
+        module, variables = lm.encoder(config)
+        spec = jax.ShapeDtypeStruct(("B", config.max_len), np.int32)
+        return (
+            module.bind(variables),
+            [spec],
+            lambda b: [rng.integers(0, config.vocab, (b, config.max_len)).astype(np.int32)],
+        )
+    config = lm.LSTMConfig() if small else lm.LSTMConfig(vocab=10000, dim=128, hidden=256)
+    module, variables = lm.lstm(config)
+    steps = 5 if small else 64
+    return (
+        module.bind(variables),
+        [jax.ShapeDtypeStruct(("B", steps), np.int32)],
+        lambda b: [rng.integers(0, config.vocab, (b, steps)).astype(np.int32)],
+    )
+
+
+def _weights(module: Any) -> list[Any]:
+    """The arrays a model stores: an NNX module's parameters and statistics, a bound
+    Linen module's variables."""
+    import jax
+
+    if hasattr(module, "variables") and hasattr(module, "unbind"):
+        leaves = jax.tree_util.tree_leaves(module.variables)
+    else:
+        from flax import nnx
+
+        leaves = jax.tree_util.tree_leaves(nnx.state(module, nnx.Param, nnx.BatchStat))
+    return [leaf for leaf in leaves if hasattr(leaf, "nbytes")]
+
+
 def measure(name: str, small: bool, runs: int) -> dict[str, Any]:
     """Everything about one model, in this (fresh) process."""
     start = time.perf_counter()
@@ -205,14 +271,9 @@ def measure(name: str, small: bool, runs: int) -> dict[str, Any]:
     import numpy as np
     import onnx
     import onnxruntime as ort
-    from flax import nnx
 
-    module, specs, make_inputs = build(name, small)
-    weights = [
-        leaf
-        for leaf in jax.tree_util.tree_leaves(nnx.state(module, nnx.Param, nnx.BatchStat))
-        if hasattr(leaf, "nbytes")
-    ]
+    module, specs, make_inputs = build(name.removesuffix("@lax"), small)
+    weights = _weights(module)
     jax.block_until_ready(weights)  # initialisation is asynchronous: finish it before measuring
     param_bytes = int(sum(w.nbytes for w in weights))
     params = int(sum(w.size for w in weights))
@@ -403,11 +464,21 @@ def main(argv: list[str] | None = None) -> int:
         env=env,
     )
     results = []
-    for name in args.models.split(","):
+    names = args.models.split(",")
+    if "linen" in names:
+        at = names.index("linen")
+        # ToNNX has no lax-only baseline: without the plugin it fails (TraceContextError)
+        names[at : at + 1] = [
+            n for m in LINEN for n in ((m,) if m.endswith("tonnx") else (m, f"{m}@lax"))
+        ]
+    for name in names:
         command = [sys.executable, __file__, "--child", name, "--runs", str(args.runs)]
         if args.small:
             command.append("--small")
-        done = subprocess.run(command, capture_output=True, text=True, env=env)
+        child_env = dict(env)
+        if name.endswith("@lax"):
+            child_env["JAX2ONNX_DISABLE_PLUGINS"] = "flax"
+        done = subprocess.run(command, capture_output=True, text=True, env=child_env)
         if done.returncode != 0:
             print(f"{name}: failed\n{done.stderr[-3000:]}", file=sys.stderr)
             return 1

@@ -244,3 +244,26 @@ def test_to_linen_inside_linen():
     np.testing.assert_allclose(
         _run(exported, X)[0], module.apply(variables, X), rtol=1e-5, atol=1e-6
     )
+
+
+@onnx_function
+class SharedBlock(nn.Module):
+    @nn.compact
+    def __call__(self, x):
+        return nn.relu(nn.Dense(4)(x))
+
+
+def test_onnx_function_on_a_linen_class():
+    class Net(nn.Module):
+        @nn.compact
+        def __call__(self, x):
+            return SharedBlock()(SharedBlock()(x))
+
+    module = Net()
+    variables = _variables(module, (2, 4))
+    exported = to_onnx(module.bind(variables), [("B", 4)])
+    assert _ops(exported) == ["SharedBlock", "SharedBlock"]
+    assert [f.name for f in exported.functions] == ["SharedBlock"]
+    np.testing.assert_allclose(
+        _run(exported, X)[0], module.apply(variables, X), rtol=1e-5, atol=1e-6
+    )

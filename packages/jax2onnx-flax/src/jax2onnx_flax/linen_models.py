@@ -40,6 +40,12 @@ class ResNetConfig:
     blocks: int = 1  # basic blocks per stage
     classes: int = 10
     dropout: float = 0.2
+    momentum: float = 0.99  # BatchNorm's
+
+    @classmethod
+    def resnet18(cls) -> ResNetConfig:
+        """ResNet-18's stages (two basic blocks each) on 224x224x3 images, 1000 classes."""
+        return cls(image=224, widths=(64, 128, 256, 512), blocks=2, classes=1000)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -51,6 +57,11 @@ class EncoderConfig:
     mlp_dim: int = 32
     depth: int = 2
     dropout: float = 0.1
+
+    @classmethod
+    def base(cls) -> EncoderConfig:
+        """BERT-base's encoder sizes (12 layers, 768 wide, 12 heads) on 128 tokens."""
+        return cls(vocab=30522, max_len=128, dim=768, heads=12, mlp_dim=3072, depth=12)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -70,10 +81,13 @@ def classes() -> types.SimpleNamespace:
     class BasicBlock(nn.Module):
         features: int
         strides: int = 1
+        momentum: float = 0.99
 
         @nn.compact
         def __call__(self, x, train: bool = False):
-            norm = functools.partial(nn.BatchNorm, use_running_average=not train)
+            norm = functools.partial(
+                nn.BatchNorm, use_running_average=not train, momentum=self.momentum
+            )
             y = nn.Conv(self.features, (3, 3), self.strides, padding=1, use_bias=False)(x)
             y = nn.relu(norm()(y))
             y = nn.Conv(self.features, (3, 3), padding=1, use_bias=False)(y)
@@ -90,11 +104,12 @@ def classes() -> types.SimpleNamespace:
         def __call__(self, x, train: bool = False):
             c = self.config
             x = nn.Conv(c.widths[0], (3, 3), 2, padding=1, use_bias=False)(x)
-            x = nn.relu(nn.BatchNorm(use_running_average=not train)(x))
+            x = nn.BatchNorm(use_running_average=not train, momentum=c.momentum)(x)
+            x = nn.relu(x)
             for stage, width in enumerate(c.widths):
                 for block in range(c.blocks):
                     strides = 2 if stage > 0 and block == 0 else 1
-                    x = BasicBlock(width, strides)(x, train)
+                    x = BasicBlock(width, strides, c.momentum)(x, train)
             x = jnp.mean(x, axis=(1, 2))
             x = nn.Dropout(c.dropout, deterministic=not train)(x)
             return nn.Dense(c.classes)(x)
@@ -152,10 +167,24 @@ def _initialised(module: Any, *samples: Any, **kwargs: Any) -> tuple[Any, Any]:
 
 
 def resnet(config: ResNetConfig = ResNetConfig()) -> tuple[Any, Any]:
-    import jax.numpy as jnp
+    """The ResNet, its BatchNorm statistics those of one random batch (as after training:
+    activations stay of unit scale through the depth, instead of growing layer by layer)."""
+    import jax
 
-    sample = jnp.ones((1, config.image, config.image, config.channels))
-    return _initialised(classes().ResNet(config), sample)
+    module, variables = _initialised(
+        classes().ResNet(config), np.ones((1, config.image, config.image, config.channels))
+    )
+    shape = (4, config.image, config.image, config.channels)
+    batch = np.random.default_rng(3).standard_normal(shape).astype(np.float32)
+    calibrating = classes().ResNet(dataclasses.replace(config, momentum=0.0))
+    _, stats = calibrating.apply(
+        variables,
+        batch,
+        train=True,
+        mutable=["batch_stats"],
+        rngs={"dropout": jax.random.key(4)},
+    )
+    return module, {**variables, **stats}
 
 
 def encoder(config: EncoderConfig = EncoderConfig()) -> tuple[Any, Any]:
