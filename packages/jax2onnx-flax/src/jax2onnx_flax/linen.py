@@ -139,11 +139,19 @@ def pinned_switches(input_params: Any) -> frozenset[str]:
     own_flags = [
         name
         for name, value in input_params.items()
-        if name not in INFERENCE_SWITCHES and np.asarray(value).dtype == np.bool_
+        if name not in INFERENCE_SWITCHES and _dtype(value) == np.bool_
     ]
     if own_flags:
         return frozenset()
     return frozenset(INFERENCE_SWITCHES) - frozenset(input_params)
+
+
+def _dtype(value: Any) -> Any:
+    """The dtype of an ``input_params`` example (an array, a Python value, a ShapeDtypeStruct)."""
+    import numpy as np
+
+    dtype = getattr(value, "dtype", None)
+    return np.dtype(dtype) if dtype is not None else np.asarray(value).dtype
 
 
 def _pinning(switches: frozenset[str]) -> Callable[..., Any]:
