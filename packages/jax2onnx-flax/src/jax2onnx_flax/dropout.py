@@ -82,14 +82,20 @@ def _bind_dropout(original):
         static = isinstance(flag, (bool, np.bool_))
         if flag is None or self.rate == 0.0 or (static and flag):
             return original(self, inputs, deterministic=deterministic, rngs=rngs)
-        flag = jnp.asarray(flag, bool)
-        if self.rate == 1.0:
-            return jnp.where(flag, inputs, jnp.zeros_like(inputs))
-        dims = tuple(int(d) % jnp.ndim(inputs) for d in self.broadcast_dims)
-        y, _ = dropout_p.bind(inputs, flag, rate=float(self.rate), broadcast_dims=dims)
-        return y
+        return switched(inputs, flag, self.rate, self.broadcast_dims)
 
     return call
+
+
+def switched(inputs, flag, rate, broadcast_dims):
+    """Dropout at ``rate`` switched off by ``flag`` (an array or a bool): ``dropout_p``,
+    or a Where for ``rate == 1`` (everything dropped in training mode)."""
+    flag = jnp.asarray(flag, bool)
+    if rate == 1.0:
+        return jnp.where(flag, inputs, jnp.zeros_like(inputs))
+    dims = tuple(int(d) % jnp.ndim(inputs) for d in broadcast_dims)
+    y, _ = dropout_p.bind(inputs, flag, rate=float(rate), broadcast_dims=dims)
+    return y
 
 
 family.intercept("flax.nnx.Dropout.__call__", dropout_p, binder=_bind_dropout)

@@ -39,7 +39,7 @@ from jax2onnx_flax._util import (
     via_apply,
 )
 from jax2onnx_flax.conv import conv_p
-from jax2onnx_flax.dropout import dropout_p
+from jax2onnx_flax.dropout import dropout_p, switched
 from jax2onnx_flax.embed import attend_p, embed_p
 from jax2onnx_flax.linear import linear_p
 from jax2onnx_flax.linen import LinenStandIn, merged
@@ -57,12 +57,7 @@ def dropout(original, module, inputs, deterministic=None, rng=None):
     keyed = rng is not None or module.has_rng(module.rng_collection)
     if not traced and (keyed or module.rate == 1.0):
         return original(inputs, deterministic, rng)
-    flag = jnp.asarray(flag, bool)
-    if module.rate == 1.0:
-        return jnp.where(flag, inputs, jnp.zeros_like(inputs))
-    dims = tuple(int(d) % jnp.ndim(inputs) for d in module.broadcast_dims)
-    y, _ = dropout_p.bind(inputs, flag, rate=float(module.rate), broadcast_dims=dims)
-    return y
+    return switched(inputs, flag, module.rate, module.broadcast_dims)
 
 
 def embed(original, module, inputs):
