@@ -14,8 +14,10 @@ state, one Add and one Split into the four gates. That is the cells' own
 arithmetic (each gate's column block of the fused product is that gate's
 product, and ``a + b`` is added once on all gates instead of per gate).
 
-``GRUCell``, ``SimpleCell``, ``MGUCell`` and ``ConvLSTMCell`` convert through the
-Dense/Conv stand-ins and the lax rules as written. Outside the Loop stay what
+``GRUCell`` gets the same treatment (its six Dense layers as two Gemms and a
+Split each, see :func:`gru_cell`). ``SimpleCell``, ``MGUCell`` and
+``ConvLSTMCell`` convert through the Dense/Conv stand-ins and the lax rules as
+written. Outside the Loop stay what
 Flax itself computes there: the initial carry (zeros: a constant for a static
 batch, an Expand to a symbolic one) and, for batch-major inputs, ``nn.scan``'s
 move of the time axis to the front and back (two Transposes; none with
@@ -84,6 +86,48 @@ def lstm_cell(original, module, carry, inputs):
     return (new_c, new_h), new_h
 
 
+GRU_LAYERS = ("ir", "iz", "in", "hr", "hz", "hn")  # Flax's Dense submodules, by name
+
+
+def gru_cell(original, module, carry, inputs):
+    """``nn.GRUCell``: one Gemm for the input and one for the hidden state.
+
+    Flax runs six Dense layers: ``ir``, ``iz``, ``in`` with bias on the input,
+    ``hr``, ``hz`` without and ``hn`` with bias on the hidden state. Their
+    kernels (and biases, zeros standing in for ``hr``/``hz``'s) are joined at
+    conversion time; each gate's column block of a product is that Dense's
+    output, and the missing biases add a zero ahead of the gate function.
+    While initialising (no parameters yet) Flax's method runs.
+    """
+    params = module.variables.get("params", {})
+    if any(name not in params for name in GRU_LAYERS):
+        return original(carry, inputs)
+    h = carry
+
+    def joined(names, key):
+        def join():
+            parts = [
+                params[n][key] if key in params[n] else jnp.zeros_like(params[n]["kernel"][0])
+                for n in names
+            ]
+            return jnp.concatenate(parts, axis=-1)
+
+        return at_conversion(join)
+
+    k_i, b_i = joined(GRU_LAYERS[:3], "kernel"), joined(GRU_LAYERS[:3], "bias")
+    k_h, b_h = joined(GRU_LAYERS[3:], "kernel"), joined(GRU_LAYERS[3:], "bias")
+    promoter = types.SimpleNamespace(promote_dtype=_promote_dtype, dtype=module.dtype)
+    x, k_i, b_i = linen_promoted(promoter, (inputs, k_i, b_i))
+    hp, k_h, b_h = linen_promoted(promoter, (h, k_h, b_h))
+    xr, xz, xn = jnp.split(linear_p.bind(x, k_i, b_i, precision=None), 3, axis=-1)
+    hr, hz, hn = jnp.split(linear_p.bind(hp, k_h, b_h, precision=None), 3, axis=-1)
+    r = module.gate_fn(xr + hr)
+    z = module.gate_fn(xz + hz)
+    n = module.activation_fn(xn + r * hn)
+    new_h = (1.0 - z) * n + z * h
+    return new_h, new_h
+
+
 def _promote_dtype(*args, dtype=None):
     from flax.linen.dtypes import promote_dtype
 
@@ -93,6 +137,7 @@ def _promote_dtype(*args, dtype=None):
 LINEN = (
     LinenStandIn("LSTMCell", "__call__", lstm_cell),
     LinenStandIn("OptimizedLSTMCell", "__call__", lstm_cell),
+    LinenStandIn("GRUCell", "__call__", gru_cell),
 )
 
 
@@ -226,7 +271,7 @@ family.add_cases(
         _rnn_case(
             "linen_rnn_gru",
             _rnn("GRUCell"),
-            expect=["Gemm -> Add -> Sigmoid"],
+            expect=["Gemm -> Split -> Add -> Sigmoid"],
             counts={"Loop": 1, "MatMul": 0},
         ),
         _rnn_case(
@@ -265,7 +310,7 @@ family.add_cases(
         _rnn_case(
             "linen_rnn_reverse_keep_order",
             _rnn("GRUCell", reverse=True, keep_order=True),
-            expect=["Gemm -> Add -> Sigmoid"],
+            expect=["Gemm -> Split -> Add -> Sigmoid"],
         ),
         _rnn_case(
             "linen_rnn_return_carry",
@@ -324,7 +369,13 @@ family.add_cases(
             expect=LSTM_BODY,
             counts={"Loop": 0, "Gemm": 2, "Concat": 0},
         ),
-        _cell_case("linen_gru_cell_step", "GRUCell", 1, expect=["Gemm -> Add -> Sigmoid"]),
+        _cell_case(
+            "linen_gru_cell_step",
+            "GRUCell",
+            1,
+            expect=["Gemm -> Split -> Add -> Sigmoid"],
+            counts={"Loop": 0, "Gemm": 2},
+        ),
         _cell_case("linen_simple_cell_step", "SimpleCell", 1, expect=["Gemm -> Add -> Tanh"]),
         _cell_case(
             "linen_simple_cell_residual_step",
