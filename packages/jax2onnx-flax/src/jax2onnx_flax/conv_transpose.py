@@ -86,6 +86,12 @@ def _circular_fold(y, x_spatial, strides, transpose_kernel):
     return y
 
 
+def transposed_kernel(kernel, n):
+    """What ``lax.conv_transpose(transpose_kernel=True)`` does to the kernel (``n`` spatial
+    axes flipped, the channel axes swapped), done now on the stored array."""
+    return at_conversion(lambda k: jnp.swapaxes(jnp.flip(k, tuple(range(n))), n, n + 1), kernel)
+
+
 def _conv_transpose_binder(original):
     from flax.nnx.nn.linear import canonicalize_padding
 
@@ -105,10 +111,8 @@ def _conv_transpose_binder(original):
             kernel = at_conversion(jnp.multiply, kernel, self.mask)
         bias = self.bias[...] if self.bias is not None else None
         x, kernel, bias = promoted(self, (inputs, kernel, bias))
-        if self.transpose_kernel:  # what lax.conv_transpose does to the kernel, done now
-            kernel = at_conversion(
-                lambda k: jnp.swapaxes(jnp.flip(k, tuple(range(n))), n, n + 1), kernel
-            )
+        if self.transpose_kernel:
+            kernel = transposed_kernel(kernel, n)
         circular = padding == "CIRCULAR"
         strides = broadcast_tuple(self.strides, n)
         params = dict(

@@ -46,7 +46,7 @@ from jax2onnx_flax._util import (
     via_apply,
 )
 from jax2onnx_flax.conv import F32_ONLY, TRANSPOSE_IN_AND_OUT, broadcast_tuple, conv_p, flat_batch
-from jax2onnx_flax.conv_transpose import _circular_fold, conv_transpose_p
+from jax2onnx_flax.conv_transpose import _circular_fold, conv_transpose_p, transposed_kernel
 from jax2onnx_flax.linen import LinenStandIn
 from jax2onnx_flax.pooling import avg_pool_p, max_pool_p
 
@@ -136,10 +136,8 @@ def conv_transpose(original, module, inputs):
     kernel = module.param("kernel", module.kernel_init, kernel_shape, module.param_dtype)
     kernel = _masked(module, kernel)
     x, kernel, bias = linen_promoted(module, (inputs, kernel, _bias(module)))
-    if module.transpose_kernel:  # what lax.conv_transpose does to the kernel, done now
-        kernel = at_conversion(
-            lambda k: jnp.swapaxes(jnp.flip(k, tuple(range(n))), n, n + 1), kernel
-        )
+    if module.transpose_kernel:
+        kernel = transposed_kernel(kernel, n)
     circular = padding == "CIRCULAR"
     strides = broadcast_tuple(module.strides, n)
     params = dict(
