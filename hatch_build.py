@@ -30,14 +30,20 @@ class MetaDependencies(MetadataHookInterface):
         release = os.environ.get("JAX2ONNX_RELEASE") == "1"
 
         def requirement(short: str) -> str:
+            short, _, extra = short.partition("[")  # "equinox[test]": with its test extra
             name = f"jax2onnx-{short}"
+            wanted = f"{name}[{extra}" if extra else name
             if release:
-                return f"{name}=={version}"
-            return f"{name} @ {(root / 'packages' / name).as_uri()}"
+                return f"{wanted}=={version}"
+            return f"{wanted} @ {(root / 'packages' / name).as_uri()}"
 
         metadata["dependencies"] = [requirement(s) for s in CORE]
         extras = {k: [requirement(s) for s in v] for k, v in EXTRAS.items()}
         for key, reqs in THIRD_PARTY.items():
             extras.setdefault(key, []).extend(reqs)
-        extras["all"] = sorted({r for reqs in extras.values() for r in reqs})
+        # the whole suite also runs each plugin's own test dependencies (diffrax for equinox)
+        extras["all"] = sorted(
+            {r for reqs in extras.values() for r in reqs if not r.startswith("jax2onnx-equinox ")}
+            | {requirement("equinox[test]")}
+        )
         metadata["optional-dependencies"] = extras

@@ -2,6 +2,8 @@
 
 import pathlib
 
+import pytest
+
 import jax2onnx
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -31,11 +33,21 @@ def _python_blocks(page: str) -> list[str]:
     return [block.split("```", 1)[0] for block in text.split("```python\n")[1:]]
 
 
-def test_doc_examples_run_as_written():
-    pytest = __import__("pytest")
-    pytest.importorskip("flax", reason="the examples need the flax extra")
-    for page in ("flax.md", "functions.md", "numerics.md"):
-        blocks = _python_blocks(page)
-        assert blocks, page
-        for block in blocks:
-            exec(compile(block, f"docs/{page}", "exec"), {"__name__": "docs_example"})
+# each page with runnable examples, and the extras its examples import
+PAGES = {
+    "flax.md": ("flax",),
+    "functions.md": ("flax",),
+    "numerics.md": ("flax",),
+    "equinox.md": ("equinox", "diffrax"),
+}
+
+
+@pytest.mark.parametrize("page", sorted(PAGES))
+def test_doc_examples_run_as_written(page):
+    for module in PAGES[page]:
+        pytest.importorskip(module, reason=f"the examples of {page} need {module}")
+    blocks = _python_blocks(page)
+    assert blocks, page
+    namespace = {"__name__": "docs_example"}  # a page's blocks build on each other
+    for block in blocks:
+        exec(compile(block, f"docs/{page}", "exec"), namespace)

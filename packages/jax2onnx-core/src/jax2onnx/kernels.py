@@ -81,6 +81,7 @@ KERNELS: dict[str, frozenset[np.dtype]] = {
     "Celu": _FLOAT32,
     "Selu": _FLOAT32,
     "LeakyRelu": _FLOAT32,
+    "PRelu": _FLOAT32,
     "HardSigmoid": _FLOAT32,
     "HardSwish": _FLOAT32,
     "Mish": _FLOAT32,

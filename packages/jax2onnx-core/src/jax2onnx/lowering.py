@@ -16,7 +16,7 @@ import jax
 import numpy as np
 from jax._src import core as jax_core
 
-from jax2onnx import opsets
+from jax2onnx import folding, opsets
 from jax2onnx._ir import ir
 from jax2onnx.context import UNKNOWN_SOURCE, LoweringContext, source_line
 from jax2onnx.dims import DimValue, is_symbolic
@@ -319,6 +319,8 @@ class GraphScope:
     def _lower_eqn(self, eqn: Any, env: dict[Any, ir.Value]) -> None:
         name = eqn.primitive.name
         conversion = self.conversion
+        if folding.candidate(eqn) and self._fold(eqn, env):
+            return
         on_complex = touches_complex(eqn)
         lowering = conversion.registry.lookup(name, conversion.opset, complex=on_complex)
         if lowering is None:
@@ -369,6 +371,22 @@ class GraphScope:
             stamp(value, var.aval, name, lowering)
             self.bind_symbols(value, var.aval.shape)
             env[var] = value
+
+    def _fold(self, eqn: Any, env: dict[Any, ir.Value]) -> bool:
+        """A small equation on constants computed now (:mod:`jax2onnx.folding`)."""
+        arrays = []
+        for var in eqn.invars:
+            value = self._read(env, var)
+            if value.const_value is None or value.is_graph_input():
+                return False
+            arrays.append(value.const_value.numpy())
+        outs = folding.fold(eqn, arrays)
+        if outs is None:
+            return False
+        for var, out in zip(eqn.outvars, outs):
+            if not isinstance(var, jax_core.DropVar):
+                env[var] = self.const(out, dtype=out.dtype)
+        return True
 
     def finish_outputs(
         self,

@@ -1,17 +1,53 @@
-"""jax2onnx-equinox: Equinox modules.
+"""jax2onnx-equinox: Equinox modules, their state and Equinox's own primitives.
 
-This release registers the plugin and its (still empty) rule set; Equinox
-module handlers land later. An ``eqx.Module`` is a pytree of arrays and a
-callable, so ``to_onnx(module, ...)`` already converts through the lax
-lowerings. The plugin declares that it lowers Equinox's own primitives, so a
-missing one is reported as this plugin's gap.
+``jax2onnx_prepare`` turns an ``eqx.Module`` (a layer, a model, a bound method,
+an ``eqx.filter_jit``/``filter_vmap`` wrapper, an ``eqx.Partial``), a
+``(model, state)`` pair or a function closing over modules into a pure
+function over an inference-mode copy (see :mod:`jax2onnx_equinox.prepare`).
+The family modules lower the primitives of ``equinox.internal`` (what
+``eqx.internal.while_loop``, ``eqx.error_if`` and every diffrax solve bind) and
+intercept ``eqx.nn`` layers as macro primitives (``Linear`` -> Gemm,
+``LayerNorm`` -> LayerNormalization, ``MultiheadAttention`` -> Attention ...).
+Importing this module never imports Equinox: the hook looks at ``sys.modules``
+first, since an object cannot be an Equinox module unless Equinox is loaded.
 """
 
 from __future__ import annotations
 
-from jax2onnx.plugin import Rules, hookimpl
+import importlib
+import sys
+from typing import Any
+
+from jax2onnx.plugin import PrepareConfig, Prepared, Rules, hookimpl
+
+# the family modules, imported by name when the rules are built
+FAMILIES = (
+    "internal",
+    "errors",
+    "linear",
+    "conv",
+    "pooling",
+    "layers",
+    "norm",
+    "attention",
+    "rnn",
+    "model_cases",
+)
 
 
 @hookimpl
 def jax2onnx_rules() -> Rules:
-    return Rules("equinox", libraries=("equinox",))
+    """A new Rules with every family module's declarations."""
+    rules = Rules("equinox", libraries=("equinox",))
+    for name in FAMILIES:
+        importlib.import_module(f"{__package__}.{name}").register(rules)
+    return rules
+
+
+@hookimpl
+def jax2onnx_prepare(fn: Any, config: PrepareConfig) -> Prepared | None:
+    if "equinox" not in sys.modules:
+        return None
+    from jax2onnx_equinox.prepare import prepare
+
+    return prepare(fn, config)

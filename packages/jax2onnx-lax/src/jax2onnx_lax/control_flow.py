@@ -56,6 +56,8 @@ def cond(ctx, index, *operands, branches, **_):
     (``platform_dependent``'s) inlines the one branch it selects.
     """
     avals = ctx.avals_out
+    if not avals:  # nothing flows out: a branch without results has no effect to export
+        return []
     if len(branches) == 1:
         return ctx.inline(branches[0], list(operands))
     if index.const_value is not None:

@@ -35,6 +35,12 @@ def _axes(ctx, axes):
         case("jnp_expand_dims", lambda x: jnp.expand_dims(x, -1), [(2, 3)], expect=["Unsqueeze"]),
         case("int8", lambda x: jnp.broadcast_to(x, (2, 3)), [(3,)], dtypes=[np.int8]),
         case("bool", lambda x: lax.broadcast_in_dim(x, (3, 2), (0,)), [(3,)], dtypes=[np.bool_]),
+        case(
+            "pad_edge_zero_width",
+            lambda x: jnp.pad(x, [(0, 0), (1, 2)], mode="edge"),
+            [("B", 5)],
+            counts={"Expand": 2},
+        ),
     ],
 )
 def broadcast_in_dim(ctx, x, *dyn_shape, shape, broadcast_dimensions, **_):
@@ -47,6 +53,10 @@ def broadcast_in_dim(ctx, x, *dyn_shape, shape, broadcast_dimensions, **_):
     folded = _fold_constant(ctx, x, in_shape, shape, broadcast_dimensions)
     if folded is not None:
         return folded
+    if any(not is_symbolic(d) and int(d) == 0 for d in shape) and not any(map(is_symbolic, shape)):
+        # an empty result (jnp.pad's zero-width edge): ONNX Runtime's Expand keeps a 1 where
+        # the target says 0, so the empty array is a constant
+        return ctx.const(np.zeros(tuple(int(d) for d in shape), ctx.avals_out[0].dtype))
     missing = [i for i in range(len(shape)) if i not in broadcast_dimensions]
     y = ctx.op.Unsqueeze(x, _axes(ctx, missing)) if missing else x
     expanded = list(shape)

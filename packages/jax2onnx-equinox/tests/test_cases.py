@@ -1,0 +1,2 @@
+def test_case(jax2onnx_case, check_case):
+    check_case(jax2onnx_case)
