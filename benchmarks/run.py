@@ -3,12 +3,16 @@
     python benchmarks/run.py                     # the NNX models, full sizes
     python benchmarks/run.py --models mlp,cnn    # a subset
     python benchmarks/run.py --models linen      # the Linen models, each also through lax only
+    python benchmarks/run.py --models equinox    # the Equinox models, each also through lax only
     python benchmarks/run.py --small             # the test-suite configs (a smoke run)
 
 A model named ``<name>@lax`` is converted with the flax plugin disabled
 (``JAX2ONNX_DISABLE_PLUGINS=flax``): its layers decompose through the lax
 lowerings, as every Linen model did before the Linen stand-ins; it is the
-baseline the Linen rows are compared with.
+baseline the Linen rows are compared with. The Equinox models (``eqx-*``) have
+the same pairs (``JAX2ONNX_DISABLE_PLUGINS=equinox``): each is the
+``eqx.filter_vmap`` of an inference-mode copy, so both rows trace one function
+and differ only in whether the ``eqx.nn`` layers are intercepted.
 
 Each model is measured in a fresh Python process (so "first conversion" really
 is the first in its process) and the parent prints one table and writes JSON
@@ -23,7 +27,7 @@ to a baseline measured in the same process:
 - peak RSS increase during the first conversion vs the parameter bytes.
 
 Nothing is downloaded: the models are built with random weights by
-:mod:`jax2onnx_flax.models`.
+:mod:`jax2onnx_flax.models` and :mod:`jax2onnx_equinox.models`.
 """
 
 from __future__ import annotations
@@ -42,6 +46,9 @@ MODELS = ("mlp", "cnn", "gpt2", "vit")
 # Linen models (jax2onnx_flax.linen_models), bound to their variables; "linen" names them all,
 # each followed by its lax-only baseline (ToNNX has none: without the plugin it cannot trace).
 LINEN = ("linen-resnet", "linen-resnet-tonnx", "linen-encoder", "linen-lstm")
+# Equinox models (jax2onnx_equinox.models), mapped over the batch; "equinox" names them all,
+# each followed by its lax-only baseline.
+EQUINOX = ("eqx-mlp", "eqx-vit", "eqx-gpt2", "eqx-moe")
 # Large models, run when named with --models: a >2 GiB float32 MLP (external data)
 # and the same MLP with bfloat16 weights (stored as bfloat16).
 LARGE = ("mlp-2g", "mlp-bf16")
@@ -109,7 +116,9 @@ def build(name: str, small: bool) -> tuple[Any, list[Any], Any]:
         )
     if name in LINEN:
         return _linen(name, small, rng)
-    known = ", ".join((*MODELS, *LARGE, *LINEN))
+    if name in EQUINOX:
+        return _equinox(name, small, rng)
+    known = ", ".join((*MODELS, *LARGE, *LINEN, *EQUINOX))
     raise SystemExit(f"unknown model {name!r}; choose from {known}")
 
 
@@ -242,12 +251,46 @@ def _linen(name: str, small: bool, rng: Any) -> tuple[Any, list[Any], Any]:
     )
 
 
+def _equinox(name: str, small: bool, rng: Any) -> tuple[Any, list[Any], Any]:
+    import equinox as eqx
+    import jax
+    import numpy as np
+
+    from jax2onnx_equinox import models as em
+
+    if name == "eqx-mlp":
+        config = em.MLPConfig() if small else em.MLPConfig.wide()
+        model, shape = em.mlp(config), (config.in_features,)
+    elif name == "eqx-vit":
+        config = em.ViTConfig() if small else em.ViTConfig.dinov2_small()
+        model, shape = em.vit(config), (config.channels, config.image, config.image)
+    elif name == "eqx-moe":
+        config = em.MoEConfig() if small else em.MoEConfig.mixtral_like()
+        model, shape = em.moe(config), (16, config.dim)
+    else:
+        config = em.GPTConfig() if small else em.GPTConfig.gpt2_small()
+        tokens = 8 if small else GPT2_TOKENS
+        batched = eqx.filter_vmap(eqx.nn.inference_mode(em.gpt(config)))
+        return (
+            batched,
+            [jax.ShapeDtypeStruct(("B", tokens), np.int32)],
+            lambda b: [rng.integers(0, config.vocab, (b, tokens)).astype(np.int32)],
+        )
+    return (
+        eqx.filter_vmap(eqx.nn.inference_mode(model)),
+        [("B", *shape)],
+        lambda b: [rng.standard_normal((b, *shape)).astype(np.float32)],
+    )
+
+
 def _weights(module: Any) -> list[Any]:
     """The arrays a model stores: an NNX module's parameters and statistics, a bound
-    Linen module's variables."""
+    Linen module's variables, an Equinox module's array leaves."""
     import jax
 
-    if hasattr(module, "variables") and hasattr(module, "unbind"):
+    if type(module).__module__.startswith("equinox"):
+        leaves = jax.tree_util.tree_leaves(module)
+    elif hasattr(module, "variables") and hasattr(module, "unbind"):
         leaves = jax.tree_util.tree_leaves(module.variables)
     else:
         from flax import nnx
@@ -446,6 +489,9 @@ def _import_overhead(repeats: int = 7) -> dict[str, float]:
     return {"import_jax_s": base, "import_jax_and_jax2onnx_s": both, "overhead_s": both - base}
 
 
+_EQX_LAX = {f"{m}@lax" for m in EQUINOX}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--models", default=",".join(MODELS))
@@ -471,13 +517,16 @@ def main(argv: list[str] | None = None) -> int:
         names[at : at + 1] = [
             n for m in LINEN for n in ((m,) if m.endswith("tonnx") else (m, f"{m}@lax"))
         ]
+    if "equinox" in names:
+        at = names.index("equinox")
+        names[at : at + 1] = [n for m in EQUINOX for n in (m, f"{m}@lax")]
     for name in names:
         command = [sys.executable, __file__, "--child", name, "--runs", str(args.runs)]
         if args.small:
             command.append("--small")
         child_env = dict(env)
         if name.endswith("@lax"):
-            child_env["JAX2ONNX_DISABLE_PLUGINS"] = "flax"
+            child_env["JAX2ONNX_DISABLE_PLUGINS"] = "equinox" if name in _EQX_LAX else "flax"
         done = subprocess.run(command, capture_output=True, text=True, env=child_env)
         if done.returncode != 0:
             print(f"{name}: failed\n{done.stderr[-3000:]}", file=sys.stderr)

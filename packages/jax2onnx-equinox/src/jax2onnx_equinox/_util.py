@@ -16,16 +16,6 @@ F64 = np.dtype(np.float64)
 FLOATS = (F32, F64)  # ONNX Runtime's Gemm, MatMul, Conv ... have kernels for both
 
 
-def at_conversion(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-    """``fn(*args)`` with concrete arrays computed now (they become initializers).
-
-    Operations on the module's arrays (reshapes, casts, masks) run eagerly with
-    JAX's own numbers; operations on traced inputs are staged.
-    """
-    with jax.ensure_compile_time_eval():
-        return fn(*args, **kwargs)
-
-
 def x_batched(impl: Callable[..., Any], bind: Callable[..., Any]) -> Callable[..., Any]:
     """A batching rule: with only operand 0 batched, ``bind`` it moved to the front.
 

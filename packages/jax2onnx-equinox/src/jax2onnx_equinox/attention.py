@@ -52,16 +52,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jax2onnx.plugin import Family, Jax2OnnxError, call_arguments, is_symbolic
-from jax2onnx_equinox._util import (
-    F32,
-    FLOATS,
-    at_conversion,
-    eqx_factory,
-    factory_cases,
-    grad_of_squares,
-    vmapped,
-)
+from jax2onnx.plugin import Family, Jax2OnnxError, at_conversion, call_arguments, is_symbolic
+from jax2onnx_equinox._util import F32, FLOATS, eqx_factory, factory_cases, grad_of_squares, vmapped
 
 family = Family("equinox")
 register = family.register

@@ -40,8 +40,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from jax2onnx.plugin import Family, case, is_symbolic, kernel_dtypes
-from jax2onnx_equinox._util import at_conversion, eqx_factory, grad_of_squares, vmapped
+from jax2onnx.plugin import Family, at_conversion, case, is_symbolic, kernel_dtypes
+from jax2onnx_equinox._util import eqx_factory, grad_of_squares, vmapped
 from jax2onnx_lax.blocks import conv_transpose_kernel
 
 family = Family("equinox")

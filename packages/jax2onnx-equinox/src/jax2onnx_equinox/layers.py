@@ -10,6 +10,9 @@
   flag}`` the flag is a graph input: the stand-in computes Equinox's training
   branch with the key the caller passes (JAX's own random bits) and selects
   with one ``Where`` instead of tracing Equinox's Python ``if`` once per value.
+  Without a key (Equinox itself cannot run the training branch then) it binds
+  ``nn.dropout`` (:mod:`jax2onnx_nn.dropout`): ONNX ``Dropout`` with
+  ``training_mode=Not(inference)``, whose mask is ONNX Runtime's own draw.
 - ``Sequential``, ``Lambda`` and ``StatefulLayer`` call their layers as plain
   Python: they need no primitive, and their cases show the layers inside keep
   their single ops.
@@ -23,15 +26,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jax2onnx.plugin import Family, case, kernel_dtypes
-from jax2onnx_equinox._util import (
-    at_conversion,
-    eqx_factory,
-    factory_cases,
-    grad_of_squares,
-    vmapped,
-    x_batched,
-)
+from jax2onnx.plugin import Family, at_conversion, case, kernel_dtypes
+from jax2onnx_equinox._util import eqx_factory, factory_cases, grad_of_squares, vmapped, x_batched
+from jax2onnx_nn.dropout import switched
 
 family = Family("equinox")
 register = family.register
@@ -230,10 +227,13 @@ def _dropout_binder(original):
         if (
             not isinstance(flag, jax.core.Tracer)
             or deterministic is not None
-            or key is None
             or (isinstance(p, (int, float)) and p == 0)
         ):
             return original(self, x, key=key, inference=inference, deterministic=deterministic)
+        if key is None:  # no key to draw JAX's mask with: ONNX Dropout draws its own
+            if not isinstance(p, (int, float)):
+                return original(self, x, key=key, inference=inference, deterministic=deterministic)
+            return switched(x, flag, p)
         q = 1 - jax.lax.stop_gradient(p)
         mask = jax.random.bernoulli(key, q, jnp.shape(x))
         dropped = jnp.where(mask, x / q, 0)
@@ -248,6 +248,12 @@ family.intercept("equinox.nn.Dropout.__call__", None, binder=_dropout_binder)
 def _dropout_runtime(eqx, key):
     drop = eqx.nn.Dropout(0.5)
     return lambda x, key, inference: drop(x, key=key, inference=inference)
+
+
+def _dropout_keyless(eqx, key):
+    """A runtime ``inference`` flag and no key: the export's training mode is ONNX's draw."""
+    drop = eqx.nn.Dropout(0.5)
+    return lambda x, inference: drop(x, inference=inference)
 
 
 def _dropout_in_sequential(eqx, key):
@@ -278,6 +284,14 @@ family.add_cases(
             input_params={"inference": True},
             factory=True,
             expect=["Where:Bx6"],
+        ),
+        case(
+            "eqx_dropout_runtime_flag_keyless",
+            eqx_factory(_dropout_keyless),
+            [("B", 6)],
+            input_params={"inference": True},
+            factory=True,
+            expect=["Not -> Dropout -> Where:Bx6"],
         ),
         case(
             "eqx_dropout_runtime_flag_false",

@@ -32,15 +32,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from jax2onnx.plugin import Family, case
-from jax2onnx_equinox._util import (
-    FLOATS,
-    at_conversion,
-    eqx_factory,
-    grad_of_squares,
-    vmapped,
-    x_batched,
-)
+from jax2onnx.plugin import Family, at_conversion, case
+from jax2onnx_equinox._util import FLOATS, eqx_factory, grad_of_squares, vmapped, x_batched
 
 family = Family("equinox")
 register = family.register

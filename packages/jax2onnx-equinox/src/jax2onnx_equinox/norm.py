@@ -30,9 +30,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jax2onnx.plugin import Family
+from jax2onnx.plugin import Family, at_conversion
 from jax2onnx_equinox import _norm_cases as cases
-from jax2onnx_equinox._util import F64, FLOATS, at_conversion, factory_cases, x_batched
+from jax2onnx_equinox._util import F64, FLOATS, factory_cases, x_batched
 
 family = Family("equinox")
 register = family.register

@@ -34,13 +34,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jax2onnx.plugin import Family, call_arguments
-from jax2onnx_equinox._util import (
-    FLOATS,
-    at_conversion,
-    eqx_factory,
-    factory_cases,
-)
+from jax2onnx.plugin import Family, at_conversion, call_arguments
+from jax2onnx_equinox._util import FLOATS, eqx_factory, factory_cases
 
 family = Family("equinox")
 register = family.register

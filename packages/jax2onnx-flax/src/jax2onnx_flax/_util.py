@@ -10,22 +10,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jax2onnx.plugin import case
+from jax2onnx.plugin import at_conversion, case
 
 F32 = np.dtype(np.float32)
 F64 = np.dtype(np.float64)
 FLOATS = (F32, F64)  # ONNX Runtime's Gemm, MatMul and Einsum have kernels for both
 LETTERS = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"  # einsum axis names
-
-
-def at_conversion(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-    """``fn(*args)`` with concrete arrays computed now (they become initializers).
-
-    Operations on the module's arrays (dtype promotion, masks, reshapes) run
-    eagerly with JAX's own numbers; operations on traced inputs are staged.
-    """
-    with jax.ensure_compile_time_eval():
-        return fn(*args, **kwargs)
 
 
 def promoted(module: Any, arrays: tuple[Any, ...], **kwargs: Any) -> tuple[Any, ...]:

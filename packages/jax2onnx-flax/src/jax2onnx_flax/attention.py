@@ -49,8 +49,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jax2onnx.plugin import Family, Jax2OnnxError, call_arguments, is_symbolic
-from jax2onnx_flax._util import F32, F64, at_conversion, hashable_precision
+from jax2onnx.plugin import Family, Jax2OnnxError, at_conversion, call_arguments, is_symbolic
+from jax2onnx_flax._util import F32, F64, hashable_precision
 
 family = Family("flax")
 register = family.register

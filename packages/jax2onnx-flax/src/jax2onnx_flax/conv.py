@@ -31,15 +31,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from jax2onnx.plugin import Family, case, is_symbolic
-from jax2onnx_flax._util import (
-    F32,
-    at_conversion,
-    grad_of_squares,
-    hashable_precision,
-    module_factory,
-    promoted,
-)
+from jax2onnx.plugin import Family, at_conversion, case, is_symbolic
+from jax2onnx_flax._util import F32, grad_of_squares, hashable_precision, module_factory, promoted
 
 family = Family("flax")
 register = family.register

@@ -18,15 +18,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from jax2onnx.plugin import Family, case
-from jax2onnx_flax._util import (
-    F32,
-    at_conversion,
-    grad_of_squares,
-    hashable_precision,
-    module_factory,
-    promoted,
-)
+from jax2onnx.plugin import Family, at_conversion, case
+from jax2onnx_flax._util import F32, grad_of_squares, hashable_precision, module_factory, promoted
 from jax2onnx_flax.conv import (
     F32_ONLY,
     TRANSPOSE_IN_AND_OUT,

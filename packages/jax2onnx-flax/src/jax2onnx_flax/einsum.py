@@ -16,11 +16,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jax2onnx.plugin import Family, case
+from jax2onnx.plugin import Family, at_conversion, case
 from jax2onnx_flax._util import (
     FLOATS,
     LETTERS,
-    at_conversion,
     grad_of_squares,
     hashable_precision,
     module_factory,

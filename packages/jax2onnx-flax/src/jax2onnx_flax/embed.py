@@ -18,8 +18,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jax2onnx.plugin import Family, case
-from jax2onnx_flax._util import FLOATS, at_conversion, module_factory, promoted, x_batched
+from jax2onnx.plugin import Family, at_conversion, case
+from jax2onnx_flax._util import FLOATS, module_factory, promoted, x_batched
 
 family = Family("flax")
 register = family.register

@@ -36,19 +36,13 @@ import functools
 import jax.numpy as jnp
 import numpy as np
 
-from jax2onnx.plugin import Family, Jax2OnnxError, call_arguments
-from jax2onnx_flax._util import (
-    F32,
-    F64,
-    at_conversion,
-    hashable_precision,
-    linen_promoted,
-)
+from jax2onnx.plugin import Family, Jax2OnnxError, at_conversion, call_arguments
+from jax2onnx_flax._util import F32, F64, hashable_precision, linen_promoted
 from jax2onnx_flax.attention import dpa_p, mha_p
-from jax2onnx_flax.dropout import dropout_p
 from jax2onnx_flax.einsum import einsum_p
 from jax2onnx_flax.linear import linear_general_p
 from jax2onnx_flax.linen import LinenStandIn, merged, pinned
+from jax2onnx_nn.dropout import dropout_p
 
 family = Family("flax")
 

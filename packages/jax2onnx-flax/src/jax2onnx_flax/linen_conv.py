@@ -36,9 +36,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jax2onnx.plugin import Family, case
+from jax2onnx.plugin import Family, at_conversion, case
 from jax2onnx_flax._util import (
-    at_conversion,
     grad_of_squares,
     hashable_precision,
     linen_factory,

@@ -30,19 +30,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jax2onnx.plugin import Family, case
-from jax2onnx_flax._util import (
-    at_conversion,
-    grad_of_squares,
-    linen_factory,
-    linen_promoted,
-    via_apply,
-)
+from jax2onnx.plugin import Family, at_conversion, case
+from jax2onnx_flax._util import grad_of_squares, linen_factory, linen_promoted, via_apply
 from jax2onnx_flax.conv import conv_p
-from jax2onnx_flax.dropout import dropout_p, switched
 from jax2onnx_flax.embed import attend_p, embed_p
 from jax2onnx_flax.linear import linear_p
 from jax2onnx_flax.linen import LinenStandIn, merged
+from jax2onnx_nn.dropout import dropout_p, switched
 
 family = Family("flax")
 register = family.register
@@ -142,7 +136,7 @@ def _drop_case(name, build, inputs, *, wrap=None, expect=(), flag=True, **kw):
     return case(name, make, inputs, factory=True, input_params=params, expect=expect, **kw)
 
 
-_FLAGGED = "Not -> Dropout:Bx6"
+_FLAGGED = "Not -> Dropout -> Where:Bx6"
 
 family.add_cases(
     dropout_p,

@@ -51,8 +51,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jax2onnx.plugin import Family, case
-from jax2onnx_flax._util import at_conversion, linen_factory, via_apply
+from jax2onnx.plugin import Family, at_conversion, case
+from jax2onnx_flax._util import linen_factory, via_apply
 from jax2onnx_flax.layer_norm import layer_norm_p, rms_norm_p
 from jax2onnx_flax.linen import LinenStandIn, merged
 from jax2onnx_flax.norm import batch_norm_p, flax_normalization, group_norm_p, norm_axes

@@ -32,14 +32,8 @@ import types
 import jax
 import jax.numpy as jnp
 
-from jax2onnx.plugin import Family, case
-from jax2onnx_flax._util import (
-    at_conversion,
-    grad_of_squares,
-    linen_factory,
-    linen_promoted,
-    perturbed,
-)
+from jax2onnx.plugin import Family, at_conversion, case
+from jax2onnx_flax._util import grad_of_squares, linen_factory, linen_promoted, perturbed
 from jax2onnx_flax.linear import linear_p
 from jax2onnx_flax.linen import LinenStandIn
 

@@ -20,6 +20,7 @@ FAMILIES = (
     "softmax",
     "reductions",
     "scaled",
+    "dropout",
 )
 
 
