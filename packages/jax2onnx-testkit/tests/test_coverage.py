@@ -4,11 +4,13 @@ from jax2onnx_testkit.coverage import coverage, render
 
 
 def test_rows_carry_emitted_ops_dtypes_and_cases():
-    rows = {r.primitive: r for r in coverage(["lax"])}
-    assert rows["tanh"].ops == {"Tanh"}
-    assert {"Equal", "Not"} <= rows["ne"].ops
-    assert {"float32", "float64"} <= rows["tanh"].dtypes
-    assert rows["tanh"].cases >= 1
+    # the example third-party plugin: a table built the way `jax2onnx coverage` builds
+    # the project's, from a dozen cases instead of the lax plugin's thousands
+    rows = {r.primitive: r for r in coverage(["myops"])}
+    assert rows["myops.swish_gate"].ops == {"Mul", "Sigmoid"}
+    assert {"Abs", "Div"} <= rows["myops.softclip"].ops
+    assert {"float32", "float64"} <= rows["myops.softclip"].dtypes
+    assert rows["myops.softclip"].cases >= 1
     assert not any(r.errors for r in rows.values())
 
 

@@ -43,17 +43,17 @@ from jax2onnx.prepare import PrepareConfig
 from jax2onnx.rules import Family, Interception, Lowering, Prepared, Rules
 
 if TYPE_CHECKING:
+    from jax2onnx.caching import at_conversion
     from jax2onnx.context import LoweringContext, SubgraphBuilder
     from jax2onnx.kernels import has_kernel, kernel_dtype, kernel_dtypes
     from jax2onnx.macro import batch_at_front, call_arguments
     from jax2onnx.specs import new_dimension
-    from jax2onnx.tracing import at_conversion
     from jax2onnx.validation import stored as stored_array
 
 _LAZY = {
     # onnx_ir and jax.interpreters load with the converter, not with a plugin's import
     "LoweringContext": "jax2onnx.context",
-    "at_conversion": "jax2onnx.tracing",
+    "at_conversion": "jax2onnx.caching",
     "SubgraphBuilder": "jax2onnx.context",
     "call_arguments": "jax2onnx.macro",
     "batch_at_front": "jax2onnx.macro",

@@ -54,10 +54,12 @@ def _checked(x, pred):
 
 
 def _error_binder(original):
+    # ``_error`` is a filter_custom_jvp object whose signature is ``(*args, **kwargs)``;
+    # Equinox calls it as ``_error(x, pred, index, msgs=..., on_error=..., stack=...)``
     @functools.wraps(original)
-    def check(x, pred, index, *, msgs, on_error, stack):
-        del index, msgs, stack
-        if on_error == "off":
+    def check(*args, **kwargs):
+        x, pred = args[0], args[1]
+        if kwargs.get("on_error") == "off":
             return x
         return _checked(x, pred)
 
@@ -109,7 +111,7 @@ def _error_if_grad(x):
     return jax.grad(lambda v: jnp.sum(eqx.error_if(v, ~jnp.isfinite(v), "nan") ** 2))(x)
 
 
-# The checks hold on the random inputs (JAX would raise otherwise); tests/test_errors.py
+# The checks hold on the random inputs (JAX would raise otherwise); tests/test_prepare.py
 # feeds inputs that fail them.
 family.add_cases(
     "error_if",

@@ -25,6 +25,7 @@ Calls the primitives do not cover (complex inputs, a training-mode or runtime
 from __future__ import annotations
 
 import functools
+import inspect
 
 import jax
 import jax.numpy as jnp
@@ -36,9 +37,6 @@ from jax2onnx_equinox._util import F64, FLOATS, factory_cases, x_batched
 
 family = Family("equinox")
 register = family.register
-
-_NO_STATE = object()  # the call had no ``state`` argument (Equinox's own sentinel is private)
-
 
 # -- shared ------------------------------------------------------------------------------
 
@@ -75,10 +73,6 @@ def _norm_primitive(name, impl, axis_param):
     return prim
 
 
-def _state_args(state):
-    return () if state is _NO_STATE else (state,)
-
-
 def _stateless_binder(bind_call):
     """A stand-in for ``LayerNorm``/``RMSNorm``/``GroupNorm.__call__`` (``state`` passes through).
 
@@ -86,12 +80,15 @@ def _stateless_binder(bind_call):
     """
 
     def binder(original):
+        # Equinox's own "no state given" default, so the stand-in's signature is the original's
+        absent = inspect.signature(original).parameters["state"].default
+
         @functools.wraps(original)
-        def call(self, x, state=_NO_STATE, *, key=None):
+        def call(self, x, state=absent, *, key=None):
             y = bind_call(self, x) if _real_float(x) else None
             if y is None:
-                return original(self, x, *_state_args(state), key=key)
-            return y if state is _NO_STATE else (y, state)
+                return original(self, x, state, key=key)
+            return y if state is absent else (y, state)
 
         return call
 
