@@ -175,6 +175,8 @@ class GraphScope:
             array = array if narrow is None else array.astype(narrow)
         if is_complex(array.dtype):
             array = complex_parts(array)  # stored as real and imaginary parts
+        if not array.flags.c_contiguous:  # a strided view (a slice of a table): stored as written
+            array = np.ascontiguousarray(array)
         key = None
         if array.size <= _SMALL_CONST:
             key = (array.dtype.str, array.shape, array.tobytes())

@@ -54,7 +54,16 @@ def promote_param(array, dtype):
 
 
 def _linear(x, weight, *bias):
-    y = lax.dot_general(x, weight, (((x.ndim - 1,), (1,)), ((), ())))
+    """``x @ weight.T + bias`` over leading batch axes; one example as Equinox writes it.
+
+    A vmap over the weights too (an ensemble) vmaps this function with ``x`` of one
+    example: Equinox's ``weight @ x`` then batches to the dot_general the lax rules
+    lower as one Einsum (``x @ weight.T`` would batch to Transpose, MatMul, Transpose).
+    """
+    if x.ndim == 1:
+        y = lax.dot_general(weight, x, (((1,), (0,)), ((), ())))
+    else:
+        y = lax.dot_general(x, weight, (((x.ndim - 1,), (1,)), ((), ())))
     return y + bias[0] if bias else y
 
 
@@ -165,7 +174,9 @@ family.add_cases(
             eqx_factory(_ensemble),
             [(4,)],
             factory=True,
-            counts={"Gemm": 0},
+            # the stacked weights against one input: one MatMul for all members
+            expect=["MatMul -> Add:3x5"],
+            counts={"Gemm": 0, "Transpose": 0},
         ),
         case("linear_grad", _linear_model(4, 5, wrap=_grad), [(3, 4)], factory=True),
     ],
