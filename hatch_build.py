@@ -14,10 +14,23 @@ import pathlib
 from hatchling.metadata.plugin.interface import MetadataHookInterface
 
 CORE = ["core", "lax", "nn"]
-EXTRAS = {"flax": ["flax"], "equinox": ["equinox"], "test": ["testkit"]}
+# the docs build converts the gallery's Flax, Equinox and diffrax models with the testkit
+EXTRAS = {
+    "flax": ["flax"],
+    "equinox": ["equinox"],
+    "test": ["testkit"],
+    "docs": ["flax", "equinox[test]", "testkit"],
+}
 THIRD_PARTY = {
-    "test": ["onnxruntime>=1.20", "pytest>=8", "pytest-xdist>=3.5", "hypothesis>=6.100"],
-    "docs": ["mkdocs>=1.6"],
+    # hatchling: the docs test installs the tutorial's plugin offline (--no-build-isolation)
+    "test": [
+        "onnxruntime>=1.20",
+        "pytest>=8",
+        "pytest-xdist>=3.5",
+        "hypothesis>=6.100",
+        "hatchling>=1.21",
+    ],
+    "docs": ["mkdocs>=1.6,<2", "mkdocs-material>=9.5,<10", "mkdocstrings[python]>=0.26,<2"],
 }
 
 

@@ -492,25 +492,24 @@ def _import_overhead(repeats: int = 7) -> dict[str, float]:
 _EQX_LAX = {f"{m}@lax" for m in EQUINOX}
 
 
-def main(argv: list[str] | None = None) -> int:
+def arguments() -> argparse.ArgumentParser:
+    """The command line (the docs test checks documented commands against it)."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--models", default=",".join(MODELS))
     parser.add_argument("--small", action="store_true", help="test-suite configs (smoke run)")
     parser.add_argument("--runs", type=int, default=20, help="latency runs per batch size")
     parser.add_argument("--json", default=os.path.join(os.path.dirname(__file__), "results.json"))
     parser.add_argument("--child", help=argparse.SUPPRESS)
-    args = parser.parse_args(argv)
-    if args.child:
-        print(json.dumps(measure(args.child, args.small, args.runs)))
-        return 0
-    env = _user_env()
-    subprocess.run(
-        [sys.executable, "-c", "import jax2onnx, flax.nnx, onnxruntime; jax2onnx.plugins()"],
-        check=True,
-        env=env,
-    )
-    results = []
-    names = args.models.split(",")
+    return parser
+
+
+def selected(models: str) -> list[str]:
+    """The runs ``--models`` asks for (``linen``/``equinox`` expand to models and baselines)."""
+    names = models.split(",")
+    known = {*MODELS, *LINEN, *EQUINOX, *LARGE, "linen", "equinox"}
+    unknown = [n for n in names if n.removesuffix("@lax") not in known]
+    if unknown:
+        raise SystemExit(f"unknown --models {unknown}; choose from {sorted(known)}")
     if "linen" in names:
         at = names.index("linen")
         # ToNNX has no lax-only baseline: without the plugin it fails (TraceContextError)
@@ -520,6 +519,22 @@ def main(argv: list[str] | None = None) -> int:
     if "equinox" in names:
         at = names.index("equinox")
         names[at : at + 1] = [n for m in EQUINOX for n in (m, f"{m}@lax")]
+    return names
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = arguments().parse_args(argv)
+    if args.child:
+        print(json.dumps(measure(args.child, args.small, args.runs)))
+        return 0
+    names = selected(args.models)
+    env = _user_env()
+    subprocess.run(
+        [sys.executable, "-c", "import jax2onnx, flax.nnx, onnxruntime; jax2onnx.plugins()"],
+        check=True,
+        env=env,
+    )
+    results = []
     for name in names:
         command = [sys.executable, __file__, "--child", name, "--runs", str(args.runs)]
         if args.small:

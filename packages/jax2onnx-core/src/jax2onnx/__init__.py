@@ -24,7 +24,24 @@ from jax2onnx.validation import allclose, allclose_onnxruntime_web
 
 @functools.cache
 def plugins() -> PluginSet:
-    """The plugin set loaded from the environment (once per process, on first use)."""
+    """The plugin set loaded from the environment (once per process, on first use).
+
+    ``to_onnx`` and the ``jax2onnx`` command line use this set. The
+    ``JAX2ONNX_*PLUGIN*`` environment variables (see `PluginSet.load`) are
+    read on the first call only.
+
+    Returns:
+        The cached `PluginSet`: ``plugins()`` returns the same object every
+            time.
+
+    Example:
+        ```python
+        import jax2onnx
+
+        for plugin in jax2onnx.plugins().plugins:
+            print(plugin.name, plugin.distribution, plugin.version)
+        ```
+    """
     return PluginSet.load()
 
 

@@ -63,12 +63,32 @@ def convert(
     extra_rules: Sequence[Rules] | Rules | None = None,
     normalization_mode: NormalizationMode = "auto",
 ) -> ConversionResult:
-    """Convert like :func:`to_onnx`, returning the ``onnx_ir.Model`` and a report.
+    """Convert like `to_onnx`, returning the ``onnx_ir.Model`` and a report.
 
-    Takes :func:`to_onnx`'s arguments but the output ones. The result's
-    ``model`` is the optimised ``onnx_ir.Model``; its ``report`` holds the
-    seconds each step took and the ONNX op types each primitive's rule
-    emitted (what ``jax2onnx coverage`` and the testkit read).
+    Takes `to_onnx`'s arguments, with the same meanings, but the output ones
+    (``return_mode``, ``output_path``, ``export_mode``, ``external_data``):
+    nothing is serialised or written.
+
+    Returns:
+        A ``ConversionResult``: ``model`` is the optimised ``onnx_ir.Model``;
+            ``report.timings`` holds the seconds each step took (``plugins``,
+            ``prepare``, ``trace``, ``lower``, ``passes``) and
+            ``report.emitted_ops`` the ONNX op types each primitive's rule
+            emitted (what ``jax2onnx coverage`` reads).
+
+    Raises:
+        TypeError: as `to_onnx`.
+        ValueError: as `to_onnx`.
+        jax2onnx.plugin.Jax2OnnxError: as `to_onnx`.
+
+    Example:
+        ```python
+        import jax.numpy as jnp
+        from jax2onnx import convert
+
+        result = convert(lambda x: jnp.sin(x) * 2, [("B", 4)])
+        print(result.report.emitted_ops)  # {'sin': frozenset({'Sin'}), 'mul': ...}
+        ```
     """
     from jax2onnx import converter, specs
 
@@ -120,76 +140,126 @@ def to_onnx(
     extra_rules: Sequence[Rules] | Rules | None = None,
     external_data: bool | None = None,
 ) -> Any:
-    """Convert a JAX callable (or a module a plugin understands) to ONNX.
+    """Convert a JAX function, or a model a plugin understands, to ONNX.
+
+    The arguments and their meanings are those of jax2onnx 0.17's ``to_onnx``;
+    ``extra_rules`` and ``external_data`` are new. Equal arguments give a
+    byte-identical model: names and node order are deterministic.
 
     Args:
-        fn: the function or model to convert.
-        inputs: one entry per positional input: a shape tuple of ints and
-            strings (``("B", 30)``; a string is a symbolic dimension and the
-            same string in two inputs is the same dimension), an array, or a
+        fn: what to convert: a function of arrays, or an object an installed
+            plugin prepares into one (an ``nnx.Module``, an ``eqx.Module``, a
+            Linen module bound with its variables ...). Its first
+            ``len(inputs)`` positional parameters become graph inputs.
+        inputs: one entry per positional input of ``fn``: a shape tuple of
+            ints and strings (float32, or float64 with
+            ``enable_double_precision``), an array (its shape and dtype), a
             ``jax.ShapeDtypeStruct`` (bool, integer, float or complex), or a
-            pytree (dict, tuple, dataclass) of those.
-        input_params: keyword arguments of ``fn`` that become scalar graph
-            inputs named after their keys.
-        model_name: the ONNX graph's name.
-        opset: the ONNX opset to target (13 to 26).
-        enable_double_precision: trace with 64-bit types and keep float64.
-        record_primitive_calls_file: write one line per traced primitive.
-        return_mode: ``"proto"`` (``onnx.ModelProto``), ``"ir"``
-            (``onnx_ir.Model``) or ``"file"`` (write ``output_path``).
-        output_path: where to write the model with ``return_mode="file"``.
-        inputs_as_nchw, outputs_as_nchw: graph inputs/outputs (by position or
-            name) whose external layout is channels-first (N, C, spatial...)
-            while ``fn`` works channels-last (N, spatial..., C); the
-            transposes are merged with neighbouring ones where possible.
-        input_names, output_names: names of the graph inputs and outputs, by
-            position; the rest default to ``in_<i>`` and ``out_<i>``.
-        export_mode: ``"standard"`` or ``"web"``; with ``"file"``, ``"web"``
-            writes one self-contained file for onnxruntime-web (never external
-            data; a model whose weights exceed protobuf's 2 GiB is refused).
-            ``"proto"`` and ``"ir"`` results are the same in both modes.
+            pytree (dict, tuple, registered dataclass) of those. A string is
+            a symbolic dimension shared by all inputs (``"B"`` in two inputs
+            is one dimension) and may be an expression (``"2*B"``).
+        input_params: keyword arguments of ``fn`` that stay inputs of the
+            exported graph, named after their keys; the values (bool, int,
+            float or array) give their dtype and shape. Use them with
+            ``lax.cond`` or ``jnp.where``. A scalar bool parameter (at most
+            four) may also drive a Python ``if`` (Flax's ``deterministic``,
+            Equinox's ``inference``): ``fn`` is traced once per value and an
+            ``If`` node picks the branch at run time, so both values must
+            give outputs of one shape.
+        model_name: the name of the ONNX graph.
+        opset: the ONNX opset to target, 13 to 26. Where an op does not exist
+            at the target opset, its lowering writes the computation with
+            older ops.
+        enable_double_precision: trace with 64-bit types (``jax.enable_x64``),
+            so float64 stays float64 in the model; otherwise 64-bit values
+            become 32-bit, as in JAX's default mode.
+        record_primitive_calls_file: a file to write one line per traced
+            primitive to (name, input and output avals, params, source
+            line), nested jaxprs included; for writing test cases.
+        return_mode: ``"proto"`` returns an ``onnx.ModelProto``, ``"ir"`` an
+            ``onnx_ir.Model``, ``"file"`` writes the model to ``output_path``
+            (atomically) and returns the path.
+        output_path: the file to write with ``return_mode="file"``; missing
+            directories are created. Ignored with the other modes.
+        inputs_as_nchw: graph inputs (positions or names) that the model
+            takes channels-first, ``(N, C, spatial...)``, while ``fn`` takes
+            them channels-last, ``(N, spatial..., C)``. The added Transpose
+            merges with a neighbouring one where it can, so a ``fn`` that
+            transposes to NCHW itself ends up with none.
+        outputs_as_nchw: graph outputs (positions or names) that the model
+            gives channels-first while ``fn`` returns them channels-last.
+        input_names: names of the graph inputs, by position; the rest are
+            ``in_<i>``. A pytree input becomes one graph input per leaf,
+            named by its key path under the input's name (``obs.joint_pos``;
+            the name is ``input_names[i]``, else ``fn``'s parameter name).
+            ``input_params`` inputs keep their keys as names.
+        output_names: names of the graph outputs, by position; the rest are
+            ``out_<i>``. A dict or dataclass output is named by key path
+            (``logits``, ``value.0``).
+        export_mode: ``"standard"`` or ``"web"``. With ``return_mode="file"``,
+            ``"web"`` writes one self-contained file for onnxruntime-web:
+            never external data, and a model whose weights exceed
+            protobuf's 2 GiB is refused. ``"proto"`` and ``"ir"`` results
+            are the same in both modes.
         normalization_mode: how LayerNorm, GroupNorm and RMSNorm layers (and
-            ``jax.nn.standardize``) export: ``"prefer_native"`` emits
-            ``LayerNormalization`` (opset >= 17), ``GroupNormalization``
-            (>= 21) and ``RMSNormalization`` (>= 23) wherever the op can
-            express the layer; ``"force_decomposed"`` always emits the
-            layer's own arithmetic (the graph JAX computes, op for op);
-            ``"auto"`` (default) lets each rule choose the form its cases show
-            matches JAX at their tolerances -- today that is the native op
-            wherever ``"prefer_native"`` uses it (see docs/numerics.md).
-        extra_rules: ``Rules`` to add for this call only.
-        external_data: with ``"file"``, force weights into an external data
-            file (``True``) or inline (``False``); default: only above 2 GiB.
+            ``jax.nn.standardize``) export. ``"prefer_native"``: the ONNX op
+            (``LayerNormalization`` from opset 17, ``GroupNormalization``
+            from 21, ``RMSNormalization`` from 23) wherever it can express
+            the layer; ``"force_decomposed"``: the layer's own arithmetic,
+            op for op; ``"auto"`` (default): the form each rule's cases show
+            matches JAX at their tolerances, today the native op wherever
+            ``"prefer_native"`` uses it.
+        extra_rules: a ``jax2onnx.plugin.Rules`` (or a list of them) used
+            for this call only, besides the installed plugins'.
+        external_data: with ``return_mode="file"``, ``True`` stores the
+            weights in ``<output_path>.data``, ``False`` keeps them in the
+            model file; ``None`` (default) uses the external file only when
+            the model would exceed protobuf's 2 GiB.
 
     Returns:
-        The model in the form ``return_mode`` asks for (the path for ``"file"``).
+        An ``onnx.ModelProto`` (``"proto"``), an ``onnx_ir.Model`` (``"ir"``)
+            or the path written (``"file"``).
 
     Raises:
-        TypeError: an argument of the wrong type, e.g. a shape entry that is
-            not an int or a string, an array of strings or objects, an
+        TypeError: an argument of the wrong type: a shape entry that is not
+            an int or a string, an array of strings or objects, an
             ``input_params`` value that is not a number, bool or array, a
-            non-callable ``fn``, a non-string ``return_mode``. The message
-            names the argument (``inputs[1], axis 0``, ``input_params['scale']``,
-            ``opset``, ``output_path``, ``input_names[0]`` ...).
+            ``fn`` that is not callable, a ``return_mode`` that is not a
+            string ... The message names the argument (``inputs[1], axis 0``,
+            ``input_params['scale']``, ``opset``, ``input_names[0]`` ...).
         ValueError: a value out of range or inconsistent with the others: a
-            negative or non-int64 dimension, a malformed symbolic dimension,
-            an opset outside 13..26, an unknown ``return_mode``,
-            ``export_mode`` or ``normalization_mode``, ``"file"`` without an
-            ``output_path`` (an ``output_path`` without ``"file"`` is ignored,
-            as in jax2onnx 0.17), ``export_mode="web"`` with
-            ``external_data=True``, an ``output_path`` that is a directory,
-            more ``inputs`` than ``fn`` takes, an ``input_params`` key ``fn``
-            has no parameter for, too many or repeated
-            ``input_names``/``output_names``. The message names the argument.
-        jax2onnx.plugin.Jax2OnnxError: the conversion itself failed:
-            ``UnsupportedPrimitiveError`` (no lowering for a primitive),
-            ``LoweringError`` (a lowering rule failed) and the other
-            subclasses.
-        Exception: whatever ``fn`` raises while it is traced propagates
-            unchanged (it is the caller's), as do JAX's errors about it (e.g.
-            ``TypeError`` for ``x * y`` on shapes that do not broadcast) and
-            ``OSError`` from writing the file. A failed call leaves no file
-            at ``output_path`` (nor ``output_path + ".data"``).
+            negative dimension, a malformed symbolic dimension, an opset
+            outside 13..26, an unknown ``return_mode``, ``export_mode`` or
+            ``normalization_mode``, ``"file"`` without ``output_path``,
+            ``export_mode="web"`` with ``external_data=True``, an
+            ``output_path`` that is a directory, more ``inputs`` than ``fn``
+            takes, an ``input_params`` key ``fn`` has no parameter for, too
+            many or repeated names. The message names the argument. Type and
+            value errors are raised before ``fn`` is traced, except where
+            only the traced graph tells (the number of outputs for
+            ``output_names``, the ranks for ``inputs_as_nchw``).
+        jax2onnx.plugin.Jax2OnnxError: the conversion failed:
+            ``UnsupportedPrimitiveError`` lists every primitive no loaded
+            plugin lowers; ``LoweringError`` names the rule that failed and
+            the user's source line.
+        Exception: what ``fn`` raises while it is traced propagates
+            unchanged, as do JAX's errors about it (``x * y`` on shapes that
+            do not broadcast) and ``OSError`` from writing the file. A failed
+            call leaves no file at ``output_path`` (nor its ``.data``).
+
+    Example:
+        ```python
+        import jax, jax.numpy as jnp
+        from jax2onnx import to_onnx
+
+        w = jax.random.normal(jax.random.key(0), (30, 10))
+
+        def model(x):
+            return jnp.tanh(x @ w)
+
+        proto = to_onnx(model, [("B", 30)])  # an onnx.ModelProto, batch size B
+        path = to_onnx(model, [("B", 30)], return_mode="file", output_path="model.onnx")
+        ```
     """
     from jax2onnx import serialize
     from jax2onnx.converter import step
@@ -286,13 +356,24 @@ def traced_callable(
     For a plain function that is ``fn``; for an object a plugin prepares (an
     ``nnx.Module`` or an ``eqx.Module``) it is the pure function the plugin
     makes, e.g. an inference-mode copy of the module. Compare an exported
-    model against this, not against the training-mode module.
+    model against this, not against the training-mode module (`allclose`
+    does).
 
     A call that JAX cannot trace because a size depends on the data
     (``jnp.nonzero(x)``, ``x[mask]``, ``jnp.unique(x)`` inside ``jax.jit``,
     ``lax.scan`` or ``lax.cond``, which ``to_onnx`` converts with a dynamic
     dimension) runs again op by op under ``jax.disable_jit()``: JAX's own
     numbers, computed on the concrete arrays.
+
+    Args:
+        fn: the function or model, as given to `to_onnx`.
+        input_params: the ``input_params`` given to `to_onnx`; a plugin may
+            prepare a module differently when some of its flags stay inputs.
+        opset: the target opset given to `to_onnx`.
+
+    Returns:
+        A callable taking ``fn``'s positional inputs (and ``input_params``
+            as keywords) and returning JAX's outputs.
     """
     import functools
 

@@ -43,6 +43,21 @@ def at_conversion(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
     conversion, so a second conversion reuses what the first compiled. Operations on
     traced values are staged into the trace as usual; they must not depend on the
     data for their shapes (``jnp.nonzero`` without ``size``).
+
+    Args:
+        fn: the computation, a JAX function.
+        *args: its positional arguments (a module's arrays).
+        **kwargs: its keyword arguments.
+
+    Returns:
+        What ``fn`` returns: concrete arrays where the arguments are concrete.
+
+    Example:
+        ```python
+        def linear_stand_in(module, x):  # a module's arrays are concrete while tracing
+            kernel_t = at_conversion(jnp.transpose, module.kernel)  # an initializer, no node
+            return linear_p.bind(x, kernel_t)
+        ```
     """
     key = EAGER_KEY.get()
     with contextlib.ExitStack() as stack:

@@ -95,6 +95,7 @@ class Case:
         return tuple(seen)
 
     def sizes(self, symbol: str) -> tuple[int, ...]:
+        """The sizes of ``symbol``: static first, then the dynamic runs (default (3, 2, 5))."""
         sizes = (self.dim_sizes or {}).get(symbol)
         if sizes:
             return tuple(sizes)
@@ -132,7 +133,28 @@ def case(
     factory: bool = False,
     input_range: tuple[float, float] | None = None,
 ) -> Case:
-    """Declare a test case; see :class:`Case` for the fields."""
+    """Declare a test case next to the rule it tests.
+
+    The arguments are the fields of `Case`, with the same meanings; lists
+    become tuples, a single ``expect`` string a one-pattern tuple.
+
+    Returns:
+        The frozen `Case`.
+
+    Raises:
+        ValueError: an empty name or one with ``/`` or ``[``, an empty
+            ``skip``/``xfail`` reason, ``dtypes`` of another length than
+            ``inputs``, an unknown variant.
+        TypeError: ``fn`` is not callable.
+
+    Example:
+        ```python
+        from jax import lax
+        from jax2onnx.plugin import case
+
+        tanh_case = case("tanh", lax.tanh, [("B", 3)], expect=["Tanh:Bx3"])
+        ```
+    """
     return Case(
         name=name,
         fn=fn,

@@ -54,10 +54,14 @@ class OpBuilder:
     """``ctx.op.<OpType>(*inputs, **attributes)`` emits one ONNX node.
 
     Inputs may be ``onnx_ir`` values, ``None`` (an omitted optional input),
-    or Python/NumPy numbers and arrays, which become constants with the dtype
-    of the node's first value input (or their own dtype for NumPy data).
-    Special keywords: ``_outputs`` (number of outputs, default 1),
-    ``_domain`` and ``_version``.
+    or Python/NumPy numbers and arrays, which become constants: a Python
+    number takes the dtype of the node's first value input, NumPy data keeps
+    its own. Other keywords are the node's ONNX attributes, except
+    ``_outputs`` (the number of outputs, default 1), ``_domain`` and
+    ``_version`` (for an op of another domain). The call returns the output
+    value, or a tuple of them when ``_outputs`` is given. A standard op
+    written in a form newer than the target opset (``ReduceSum`` with axes as
+    an input, ``Split(num_outputs=)``) is rewritten as it is emitted.
     """
 
     def __init__(self, scope: GraphScope) -> None:
@@ -98,7 +102,24 @@ def _is_number(v: Any) -> bool:
 
 
 class LoweringContext:
-    """What a lowering rule sees for one equation (see the plugin guide)."""
+    """What a lowering rule sees for one equation: ``ctx`` in ``rule(ctx, *inputs, **params)``.
+
+    Rules never make one; import the type from ``jax2onnx.plugin`` for
+    annotations.
+
+    Attributes:
+        op (OpBuilder): the node emitter:
+            ``ctx.op.<OpType>(*inputs, **attributes)`` emits one node and
+            returns its output, e.g. ``ctx.op.Gemm(x, w, b, transB=1)``.
+            Python and NumPy numbers and arrays among the inputs become
+            constants, ``None`` is an omitted optional input,
+            ``_outputs=n`` returns a tuple of ``n`` outputs.
+        eqn (jax.core.JaxprEqn | None): the jaxpr equation being lowered
+            (``eqn.primitive``, ``eqn.params``); ``None`` in a subgraph
+            builder's context.
+        inputs (tuple[onnx_ir.Value, ...]): the equation's input values, as
+            the rule received them.
+    """
 
     def __init__(self, scope: GraphScope, eqn: Any = None, inputs: Sequence[ir.Value] = ()) -> None:
         self.scope = scope
@@ -109,6 +130,7 @@ class LoweringContext:
     # -- the equation ----------------------------------------------------------
     @property
     def opset(self) -> int:
+        """The target opset (13..26)."""
         return self.scope.conversion.opset
 
     @property
@@ -124,10 +146,16 @@ class LoweringContext:
 
     @property
     def avals_in(self) -> list[Any]:
+        """The JAX abstract values (``.shape``, ``.dtype``) of the equation's inputs.
+
+        Dimensions may be symbolic (`is_symbolic`); dtypes are JAX's
+        (complex, key), not the stored ones (`stored_aval`).
+        """
         return [v.aval for v in self.eqn.invars]
 
     @property
     def avals_out(self) -> list[Any]:
+        """The JAX abstract values of the equation's outputs."""
         return [v.aval for v in self.eqn.outvars]
 
     @staticmethod
@@ -140,18 +168,37 @@ class LoweringContext:
 
     @property
     def source(self) -> str:
+        """The user's source line of this equation, ``file:line (function)``."""
         if self.eqn is None:
             return UNKNOWN_SOURCE
         return source_line(self.eqn, self.scope.conversion.source)
 
     def error(self, message: str) -> LoweringError:
-        """An error naming this equation's primitive and the user's source line."""
+        """An error naming this equation's primitive and the user's source line.
+
+        Returns:
+            A `LoweringError` to raise: ``raise ctx.error("axis must be static")``.
+        """
         name = self.eqn.primitive.name if self.eqn is not None else "?"
         return LoweringError(f"{name} at {self.source}: {message}")
 
     # -- constants and shapes ----------------------------------------------------
     def const(self, value: Any, dtype: Any = None) -> ir.Value:
-        """A constant (an initializer; a ``Constant`` node inside a function body)."""
+        """A constant: an initializer (a ``Constant`` node inside a function body).
+
+        Small constants are shared by value within the graph. A complex
+        array is stored as its real and imaginary parts, a key array as its
+        key data.
+
+        Args:
+            value: an array, a NumPy or Python number, or a JAX array.
+            dtype: the dtype to store it as; by default the value's own
+                (float64 becomes float32 unless the conversion is in 64-bit
+                mode).
+
+        Returns:
+            The constant's value.
+        """
         return self.scope.const(value, dtype)
 
     def i64(self, values: Sequence[int] | int) -> ir.Value:
@@ -198,7 +245,15 @@ class LoweringContext:
     def where(self, cond: ir.Value, a: Any, b: Any, dtype: Any = None) -> ir.Value:
         """``Where(cond, a, b)``, computed in a wider dtype where ONNX Runtime has no kernel.
 
-        ``dtype`` is the operands' dtype; by default that of the first value.
+        Args:
+            cond: the boolean condition.
+            a: the value where ``cond`` is true (a value or a number).
+            b: the value where ``cond`` is false.
+            dtype: the operands' dtype; by default that of the first ONNX
+                value among ``a`` and ``b`` (give it when both are numbers).
+
+        Returns:
+            The selected value, in ``dtype``.
         """
         dtype = self._operand_dtype("where", dtype, a, b)
         wide = kernels.kernel_dtype("Where", dtype)
@@ -216,7 +271,7 @@ class LoweringContext:
         return self._extremum("Min", "And", x, y, dtype)
 
     def has_kernel(self, op_type: str, dtype: Any) -> bool:
-        """Whether ONNX Runtime runs ``op_type`` on ``dtype`` (see :mod:`jax2onnx.kernels`)."""
+        """Whether ONNX Runtime runs ``op_type`` on ``dtype`` (see `kernel_dtypes`)."""
         return kernels.has_kernel(op_type, dtype)
 
     def kernel_dtype(self, op_type: str, dtype: Any) -> np.dtype:
@@ -250,15 +305,33 @@ class LoweringContext:
 
     # -- nested computations -----------------------------------------------------------
     def inline(self, closed: Any, inputs: Sequence[ir.Value]) -> list[ir.Value]:
-        """Lower a sub-jaxpr into the current graph and return its outputs."""
+        """Lower a sub-jaxpr into the current graph and return its outputs.
+
+        Args:
+            closed: a ``ClosedJaxpr`` (from an equation's params, or
+                `LoweringContext.trace`).
+            inputs: one value per input of the jaxpr.
+
+        Returns:
+            One value per output of the jaxpr.
+        """
         return self.scope.lower_jaxpr(closed, inputs)
 
     def trace(self, fn: Callable[..., Any], *specs: Any, **params: Any) -> Any:
         """``fn(*specs, **params)`` traced to a ClosedJaxpr, checked for missing lowerings.
 
-        ``specs`` are avals or ``jax.ShapeDtypeStruct``s. Use this (never
-        ``jax.make_jaxpr``) to build the jaxpr of a subgraph or decomposition:
-        a primitive no plugin lowers is reported with the user's source line.
+        Use this (never ``jax.make_jaxpr``) to build the jaxpr of a subgraph
+        or decomposition: a primitive no plugin lowers is reported with the
+        user's source line.
+
+        Args:
+            fn: the JAX function to trace.
+            *specs: avals or ``jax.ShapeDtypeStruct``s of its positional
+                arguments.
+            **params: keyword arguments bound as constants.
+
+        Returns:
+            The ``ClosedJaxpr``, for `LoweringContext.inline` or a subgraph.
         """
         structs = [jax.ShapeDtypeStruct(s.shape, s.dtype) for s in specs]
         target = functools.partial(fn, **params) if params else fn
@@ -274,10 +347,31 @@ class LoweringContext:
         single ONNX op does not cover, with exactly JAX's numbers.
 
         ``stored=True`` traces ``fn`` on the inputs as the graph stores them
-        (:func:`jax2onnx.plugin.stored_type`: a complex input is a float array
+        (`stored_type`: a complex input is a float array
         with a trailing axis of 2, real and imaginary parts); ``fn`` returns its
         results in that form. This is how a rule for complex values
         (``values="complex"``) writes complex arithmetic in real JAX code.
+
+        Args:
+            fn: the JAX function, ``fn(*arrays, **params)``.
+            *inputs: the ONNX values to apply it to; their avals are those of
+                this equation's first ``len(inputs)`` inputs.
+            stored: trace on the stored form of the inputs.
+            **params: keyword arguments of ``fn`` (static values).
+
+        Returns:
+            The output value, or a list of them when ``fn`` has several.
+
+        Example:
+            ```python
+            @family.lowering(unvmap_any_p)
+            def unvmap_any(ctx, x):
+                return ctx.decompose(jnp.any, x)  # JAX's reduction, lowered by the lax rules
+
+            @family.lowering(conj_p, values="complex")
+            def conj(ctx, z):  # z is float [..., 2]: negate the imaginary parts
+                return ctx.decompose(lambda p: p * jnp.array([1, -1], p.dtype), z, stored=True)
+            ```
         """
         avals = self.avals_in[: len(inputs)]
         if stored:
@@ -291,7 +385,13 @@ class LoweringContext:
 
         The fallback is the rule's ``fallback=`` (or the macro primitive's
         ``impl``), called with this equation's inputs and parameters; pass
-        ``inputs`` or keyword ``params`` to replace some of them.
+        ``inputs`` (all of them) or keyword ``params`` to replace some.
+
+        Returns:
+            The output value, or a list of them for several outputs.
+
+        Raises:
+            LoweringError: the primitive has no fallback.
         """
         name = self.eqn.primitive.name
         fn = self.scope.conversion.registry.fallback(name)
@@ -304,12 +404,36 @@ class LoweringContext:
         return self.decompose(fn, *(inputs or self.inputs), **merged)
 
     def subgraph(self, name: str) -> SubgraphBuilder:
-        """Start a nested graph (an If/Loop/Scan body) that sees this scope's values."""
+        """Start a nested graph (an If/Loop/Scan body) that sees this scope's values.
+
+        Args:
+            name: the graph's name (its inputs are named ``<name>_in...``).
+
+        Returns:
+            A `SubgraphBuilder`.
+        """
         return SubgraphBuilder(self.scope.child(), name)
 
 
 class SubgraphBuilder:
-    """Builds one nested ONNX graph: add inputs, lower into it, finish with outputs."""
+    """Builds one nested ONNX graph: add inputs, lower into it, finish with outputs.
+
+    Made by `LoweringContext.subgraph`. Values of the enclosing graphs can be
+    used in the body directly (ONNX subgraphs see their outer scope).
+
+    Attributes:
+        name (str): the graph's name.
+        ctx (LoweringContext): a context of the body (``eqn`` is ``None``), for its
+            helpers (``ctx.const``, ``ctx.cast`` ...).
+        op (OpBuilder): the body's node emitter, ``ctx.op``.
+
+    Example:
+        ```python
+        then_body = ctx.subgraph("then")  # an If branch computing branch_jaxpr
+        then_graph = then_body.finish(then_body.inline(branch_jaxpr, operands), ctx.avals_out)
+        out = ctx.op.If(pred, then_branch=then_graph, else_branch=else_graph)
+        ```
+    """
 
     def __init__(self, scope: GraphScope, name: str) -> None:
         self.scope = scope
@@ -318,13 +442,34 @@ class SubgraphBuilder:
         self.op = self.ctx.op
 
     def add_input(self, dtype: Any, shape: Sequence[Any] = ()) -> ir.Value:
+        """A new input of the graph (a Loop's iteration count, a carry ...), in input order.
+
+        Args:
+            dtype: its NumPy or JAX dtype; a complex or key dtype is stored
+                as `stored_type` says.
+            shape: its dimensions (ints or symbolic).
+
+        Returns:
+            The input's value.
+        """
         return self.scope.add_input(self.scope.conversion.fresh(f"{self.name}_in"), dtype, shape)
 
     def inline(self, closed: Any, inputs: Sequence[ir.Value]) -> list[ir.Value]:
+        """Lower a ``ClosedJaxpr`` into the body; as `LoweringContext.inline`."""
         return self.scope.lower_jaxpr(closed, inputs)
 
     def finish(self, outputs: Sequence[ir.Value], avals: Sequence[Any] | None = None) -> ir.Graph:
-        """The finished graph; every output gets its own value (Identity where shared)."""
+        """The finished graph; every output gets its own value (Identity where shared).
+
+        Args:
+            outputs: the graph's output values, in order.
+            avals: JAX avals, one per output: when given, each output's
+                dtype and shape are stamped from them.
+
+        Returns:
+            The ``onnx_ir.Graph``, for a graph attribute (``then_branch``,
+                ``body``).
+        """
         outs = self.scope.finish_outputs(outputs, avals)
         return ir.Graph(
             self.scope.inputs,

@@ -163,7 +163,12 @@ class ConversionReport:
 
 @dataclasses.dataclass(frozen=True)
 class ConversionResult:
-    """The optimised ``onnx_ir.Model`` and the :class:`ConversionReport` of a conversion."""
+    """What `jax2onnx.convert` returns.
+
+    Attributes:
+        model: the optimised ``onnx_ir.Model`` (``to_onnx`` serialises this).
+        report: the `ConversionReport` of the conversion.
+    """
 
     model: ir.Model
     report: ConversionReport

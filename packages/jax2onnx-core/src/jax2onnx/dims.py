@@ -14,7 +14,12 @@ import numpy as np
 
 
 def is_symbolic(d: Any) -> bool:
-    """True for a JAX symbolic dimension expression (not a plain integer)."""
+    """True for a JAX symbolic dimension expression (not a plain integer).
+
+    A rule reads shapes from ``ctx.avals_in``; a symbolic dimension (``B``,
+    ``2*B``) has no value at conversion time, so the rule computes it in the
+    graph (``ctx.dim(d)``, ``ctx.shape(dims)``).
+    """
     if isinstance(d, (int, np.integer)):
         return False
     return hasattr(d, "_get_vars")

@@ -15,7 +15,14 @@ if TYPE_CHECKING:
 
 
 def onnx_dtype(dtype) -> ir.DataType:
-    """The ONNX data type of a NumPy or JAX dtype (bfloat16 and float8 included)."""
+    """The ONNX data type of a NumPy or JAX dtype (bfloat16 and float8 included).
+
+    Returns:
+        The ``onnx_ir.DataType``, e.g. for ``ctx.op.Cast(x, to=onnx_dtype(np.int64))``.
+
+    Raises:
+        TypeError: the dtype has no ONNX equivalent.
+    """
     import onnx_ir as ir
 
     dtype = np.dtype(dtype)

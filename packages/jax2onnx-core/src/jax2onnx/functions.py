@@ -123,20 +123,46 @@ def onnx_function(
 ) -> Any:
     """Export each call of a function, or of a module class, as an ONNX function.
 
-    Use it bare (``@onnx_function``) or with options:
+    Use it bare (``@onnx_function``) or with options
+    (``@onnx_function(type="Block")``). On a class, calls of its instances
+    (``__call__``) are exported; a class without ``__call__`` is left as it is
+    (its methods inline into the graph). Calls whose bodies have the same
+    structure share one ``FunctionProto``; the arrays a call closes over (a
+    module's weights) are passed as its first inputs and stay initializers
+    of the main graph. Outside ``to_onnx`` the decorator changes nothing: the
+    call runs as written, under ``jax.jit``, ``jax.grad`` and ``jax.vmap``
+    alike.
 
-    * ``type``: the function's op type (what Netron shows on the call node);
-      defaults to the function's or class's name. ``name`` is accepted as the
-      same thing when ``type`` is not given.
-    * ``namespace``: the ONNX domain of the function (default ``"custom"``).
-    * ``unique``: one function per module instance (per call for a plain
-      function) instead of one per distinct body structure.
+    Args:
+        target: the function or class, when the decorator is used bare.
+        unique: one function per module instance (per call for a plain
+            function) instead of one per distinct body structure.
+        namespace: the ONNX domain of the function (default ``"custom"``).
+        name: the same as ``type``, used when ``type`` is not given.
+        type: the function's op type, shown on the call nodes (and in
+            Netron); defaults to the function's or class's name.
 
-    On a class, calls of its instances (``__call__``) are exported; a class
-    without ``__call__`` is left as it is (its methods inline into the graph).
-    Calls whose bodies have the same structure share one ``FunctionProto``;
-    each call passes its own weights as inputs. Outside ``to_onnx`` the
-    decorator changes nothing: the call runs as written.
+    Returns:
+        The decorated function or class, or, without ``target``, the
+            decorator.
+
+    Raises:
+        ValueError: ``namespace`` is empty or not a string, or ``type`` or
+            ``name`` is not an identifier.
+        TypeError: the decorated object is neither a function nor a class.
+
+    Example:
+        ```python
+        import jax.numpy as jnp
+        from jax2onnx import onnx_function, to_onnx
+
+        @onnx_function(type="Block")
+        def block(x):
+            return jnp.tanh(x) * 2
+
+        model = to_onnx(lambda x: block(block(x)), [(3,)])
+        assert [n.op_type for n in model.graph.node] == ["Block", "Block"]
+        ```
     """
     if namespace is not None and (not isinstance(namespace, str) or not namespace):
         raise ValueError(f"onnx_function: namespace must be a non-empty string, got {namespace!r}")

@@ -104,7 +104,15 @@ _WIDER = {
 
 
 def has_kernel(op_type: str, dtype: Any) -> bool:
-    """Whether ONNX Runtime's CPU provider runs ``op_type`` on operands of ``dtype``."""
+    """Whether ONNX Runtime's CPU provider runs ``op_type`` on operands of ``dtype``.
+
+    Args:
+        op_type: an ONNX op type (``"Where"``, ``"Gelu"`` ...).
+        dtype: a NumPy or JAX dtype.
+
+    Returns:
+        False for bfloat16 and for the gaps the table lists; True otherwise.
+    """
     dtype = np.dtype(dtype)
     if dtype == BFLOAT16:
         return False
@@ -119,6 +127,14 @@ def kernel_dtype(op_type: str, dtype: Any) -> np.dtype:
     wider stand-in (bool -> uint8, int16/uint16 -> int32, uint64 -> int64,
     bfloat16 -> float32) when that one has it; otherwise ``dtype`` (the
     caller decomposes).
+
+    Example:
+        ```python
+        import numpy as np
+        from jax2onnx.plugin import kernel_dtype
+
+        assert kernel_dtype("Where", np.int16) == np.int32  # cast, select, cast back
+        ```
     """
     dtype = np.dtype(dtype)
     if has_kernel(op_type, dtype):
@@ -128,7 +144,15 @@ def kernel_dtype(op_type: str, dtype: Any) -> np.dtype:
 
 
 def kernel_dtypes(*op_types: str) -> frozenset[np.dtype]:
-    """The dtypes every one of ``op_types`` has kernels for (for ``native_dtypes=``)."""
+    """The dtypes every one of ``op_types`` has kernels for (for ``native_dtypes=``).
+
+    Example:
+        ```python
+        @family.lowering(gelu_p, native_dtypes=kernel_dtypes("Gelu"))  # float32 only
+        def gelu(ctx, x, *, approximate):
+            return ctx.op.Gelu(x, approximate="tanh" if approximate else "none")
+        ```
+    """
     result = _NUMERIC
     for op_type in op_types:
         result = result & KERNELS.get(op_type, _NUMERIC)

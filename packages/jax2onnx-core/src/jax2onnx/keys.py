@@ -42,7 +42,11 @@ _PARTS = {
 
 
 def is_extended(dtype: Any) -> bool:
-    """A JAX extended dtype (a key array's ``key<fry>``): no NumPy or ONNX type."""
+    """Whether ``dtype`` is a JAX extended dtype (a key array's ``key<fry>``).
+
+    Such a dtype has no NumPy or ONNX type: the graph stores the key data
+    (`stored_type`).
+    """
     if dtype is None or isinstance(dtype, np.dtype):
         return False
     import jax
@@ -66,6 +70,14 @@ def physical(dtype: Any, shape: Any) -> tuple[Any, tuple[Any, ...]]:
     A key array is stored as its key data: ``key<fry>[3]`` -> ``uint32[3, 2]``;
     a complex array as real and imaginary parts on a trailing axis:
     ``complex64[3]`` -> ``float32[3, 2]``. Other dtypes are unchanged.
+
+    Example:
+        ```python
+        import numpy as np
+        from jax2onnx.plugin import stored_type
+
+        assert stored_type(np.dtype(np.complex64), (3,)) == (np.float32, (3, 2))
+        ```
     """
     if is_complex(dtype):
         return _PARTS[dtype], (*shape, 2)
@@ -84,7 +96,15 @@ def complex_parts(array: np.ndarray) -> np.ndarray:
 
 
 def from_parts(array: np.ndarray, dtype: Any) -> np.ndarray:
-    """The complex array of ``dtype`` a stored ``[..., 2]`` float array holds."""
+    """The complex array of ``dtype`` a stored ``[..., 2]`` float array holds.
+
+    The inverse of `stored_array` for complex values: reads an exported
+    model's output back. Infinities survive (``re + 1j * im`` would make NaNs).
+
+    Args:
+        array: real parts in ``[..., 0]``, imaginary parts in ``[..., 1]``.
+        dtype: ``complex64`` or ``complex128``.
+    """
     array = np.asarray(array)
     result = np.empty(array.shape[:-1], dtype)
     result.real, result.imag = array[..., 0], array[..., 1]  # re + 1j*im makes inf*1j NaN

@@ -37,7 +37,17 @@ CORE_PLUGIN = "core"
 
 @dataclasses.dataclass(frozen=True)
 class PluginInfo:
-    """A loaded plugin."""
+    """A loaded plugin.
+
+    Attributes:
+        name: the entry point's name (``"lax"``; ``"core"`` for the core).
+        distribution: the distribution that provides it (``"jax2onnx-lax"``).
+        version: that distribution's version (``"?"`` when unknown).
+        module: the plugin module's import name.
+        rules: its frozen `Rules`, or ``None`` when the plugin implements no
+            ``jax2onnx_rules`` hook (it only prepares objects or adds
+            commands).
+    """
 
     name: str
     distribution: str
@@ -48,7 +58,15 @@ class PluginInfo:
 
 @dataclasses.dataclass(frozen=True)
 class PluginFailure:
-    """A plugin that did not load, and why."""
+    """A plugin that did not load, and why.
+
+    Attributes:
+        name: the entry point's name.
+        distribution: the distribution that provides it.
+        version: that distribution's version.
+        error: ``"ExceptionType: message"``.
+        detail: the full traceback.
+    """
 
     name: str
     distribution: str
@@ -57,6 +75,7 @@ class PluginFailure:
     detail: str
 
     def describe(self) -> str:
+        """``"name (distribution version): error"``, one line."""
         return f"{self.name} ({self.distribution} {self.version}): {self.error}"
 
 
@@ -69,7 +88,16 @@ def _flag(value: str | None) -> bool:
 
 
 class PluginSet:
-    """The plugins of one configuration: loaded modules, their rules, failures."""
+    """The plugins of one configuration: loaded modules, their rules, failures.
+
+    Make one with `PluginSet.load`; `jax2onnx.plugins` is the set ``to_onnx``
+    uses.
+
+    Attributes:
+        plugins: the loaded plugins, as `PluginInfo`, the core first, then
+            the entry points sorted by name.
+        failures: the plugins that failed to load, as `PluginFailure`.
+    """
 
     def __init__(
         self,
@@ -93,7 +121,30 @@ class PluginSet:
         environ: Mapping[str, str] | None = None,
         entry_points: Iterable[importlib.metadata.EntryPoint] | None = None,
     ) -> PluginSet:
-        """Load the core plugin, then every allowed entry point of group ``jax2onnx``."""
+        """Load the core plugin, then every allowed entry point of group ``jax2onnx``.
+
+        A plugin that fails to import, or whose ``jax2onnx_rules`` hook fails,
+        is recorded in ``failures`` with a ``RuntimeWarning``, and the others
+        still load. Environment switches: ``JAX2ONNX_DISABLE_PLUGIN_AUTOLOAD=1``
+        loads no entry points (the core only); ``JAX2ONNX_PLUGINS=a,b`` loads
+        only these; ``JAX2ONNX_DISABLE_PLUGINS=a,b`` skips these;
+        ``JAX2ONNX_STRICT_PLUGINS=1`` makes a load failure raise.
+
+        Args:
+            environ: the environment to read the switches from (default:
+                ``os.environ``).
+            entry_points: the entry points to load instead of the installed
+                ones (``JAX2ONNX_DISABLE_PLUGIN_AUTOLOAD`` is then ignored;
+                the allow and block lists still apply).
+
+        Returns:
+            A new `PluginSet`.
+
+        Raises:
+            PluginLoadError: a plugin failed while ``JAX2ONNX_STRICT_PLUGINS``
+                is set, or a plugin implements a hook that does not exist
+                (a misspelled hook name).
+        """
         environ = os.environ if environ is None else environ
         strict = _flag(environ.get("JAX2ONNX_STRICT_PLUGINS"))
         allow = _names(environ.get("JAX2ONNX_PLUGINS"))
@@ -147,10 +198,16 @@ class PluginSet:
         return cls(manager, plugins, failures)
 
     def rules(self) -> list[Rules]:
+        """The frozen `Rules` of every loaded plugin that has some."""
         return [p.rules for p in self.plugins if p.rules is not None]
 
     def registry(self, extra_rules: Sequence[Rules] = ()) -> Registry:
-        """The merged registry of every plugin's rules (plus ``extra_rules``)."""
+        """The merged registry of every plugin's rules (plus ``extra_rules``).
+
+        Without ``extra_rules`` the registry is built once and reused. Raises
+        `PluginConflictError` when two plugins lower one primitive and
+        neither registered it with ``override=True``.
+        """
         from jax2onnx.registry import Registry
 
         if extra_rules:

@@ -142,6 +142,27 @@ def call_arguments(original: Callable[..., Any]) -> Callable[..., dict[str, Any]
     For binders that decide per call: the result is ``None`` when the call
     does not fit ``original``'s signature (the binder then runs
     ``original``, which raises the user's own error).
+
+    Args:
+        original: the intercepted function.
+
+    Returns:
+        ``arguments(*args, **kwargs)``: the call's arguments as a dict by
+            parameter name, or ``None``.
+
+    Example:
+        ```python
+        def binder(original):
+            arguments = call_arguments(original)
+
+            def stand_in(*args, **kwargs):
+                named = arguments(*args, **kwargs)
+                if named is None or not isinstance(named["limit"], float):
+                    return original(*args, **kwargs)
+                return softclip_p.bind(named["x"], limit=named["limit"])
+
+            return stand_in
+        ```
     """
     try:
         signature = inspect.signature(original)
@@ -233,6 +254,13 @@ def batch_at_front(args: Any, dims: Any) -> list[Any]:
 
     ``dims`` are JAX's batch dimensions (``None`` for an unbatched operand);
     the result's operands all have the batch size as their leading axis.
+
+    Example:
+        ```python
+        def batch_softclip(args, dims, *, limit):  # Rules.primitive(batching=...)
+            (x,) = batch_at_front(args, dims)
+            return softclip_p.bind(x, limit=limit), 0
+        ```
     """
     size = next(a.shape[d] for a, d in zip(args, dims, strict=True) if d is not None)
     return [batching.bdim_at_front(a, d, size) for a, d in zip(args, dims, strict=True)]

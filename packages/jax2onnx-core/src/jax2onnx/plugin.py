@@ -1,7 +1,15 @@
 """The plugin author's API: everything a jax2onnx plugin imports.
 
-.. code-block:: python
+A plugin imports nothing else of jax2onnx (no ``jax2onnx.<module>``) and no
+private name of another plugin; the suite checks this for our distributions.
+``LoweringContext``, ``SubgraphBuilder``, ``at_conversion``,
+``batch_at_front``, ``call_arguments``, ``has_kernel``, ``kernel_dtype``,
+``kernel_dtypes``, ``new_dimension`` and ``stored_array`` are imported on
+first access (a module ``__getattr__``), so importing this module does not
+load the converter.
 
+Example:
+    ```python
     from jax import lax
     from jax2onnx.plugin import Family, Rules, case, hookimpl
 
@@ -16,9 +24,7 @@
         rules = Rules("myops")
         family.register(rules)
         return rules
-
-A plugin imports nothing else of jax2onnx (no ``jax2onnx.<module>``) and no
-private name of another plugin; the suite checks this for our distributions.
+    ```
 """
 
 from typing import TYPE_CHECKING

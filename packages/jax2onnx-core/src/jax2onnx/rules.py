@@ -43,17 +43,20 @@ def _dtype_set(dtypes: Iterable[Any] | None) -> frozenset[np.dtype] | None:
 
 @dataclasses.dataclass(frozen=True)
 class Lowering:
-    """One lowering rule for one primitive.
+    """One lowering rule for one primitive, as `Rules.lowering` records it.
 
-    ``native_dtypes``: the rule runs only when every input has one of these
-    dtypes; otherwise the core inlines the fallback (``fallback``, or the
-    macro primitive's ``impl``). ``fallback``: JAX's computation of the
-    primitive, ``fallback(*inputs, **params)``, for ``ctx.fallback()``.
-    ``values``: which equations the rule lowers: ``"real"`` (no complex input
-    or output), ``"complex"`` (some complex input or output; the rule gets
-    and returns complex values in their stored form, float ``[..., 2]``) or
-    ``"any"`` (both: the rule never looks at what its values hold, like the
-    rules of calls and control flow).
+    Attributes:
+        primitive: the primitive's name in a jaxpr.
+        fn: the rule, ``fn(ctx, *inputs, **params)``.
+        plugin: the name of the plugin that registered it.
+        min_opset: the oldest opset its ONNX form works at.
+        override: whether it replaces another plugin's lowering of the
+            primitive.
+        native_dtypes: the dtypes the rule runs for (``None``: all); other
+            inputs inline the fallback.
+        fallback: JAX's computation of the primitive, or ``None``.
+        values: ``"real"``, ``"complex"`` or ``"any"``: the equations it
+            lowers (see `Rules.lowering`).
     """
 
     primitive: str
@@ -72,6 +75,7 @@ class Lowering:
 
     @property
     def where(self) -> str:
+        """The rule's ``module.qualname:line``, for error messages."""
         code = getattr(self.fn, "__code__", None)
         module = getattr(self.fn, "__module__", "?")
         line = f":{code.co_firstlineno}" if code else ""
@@ -80,7 +84,20 @@ class Lowering:
 
 @dataclasses.dataclass(frozen=True)
 class Interception:
-    """While tracing, ``target`` (``"module.attr"``) is replaced by ``replacement``."""
+    """While tracing, ``target`` (``"module.attr"``) is replaced by ``replacement``.
+
+    Recorded by `Rules.intercept`.
+
+    Attributes:
+        target: the attribute replaced, ``"package.module.attr"``.
+        replacement: the binder: ``replacement(original)`` returns the
+            stand-in installed while ``to_onnx`` traces; ``None`` for the
+            default binder of ``primitive``.
+        primitive: the macro primitive the stand-in binds (or ``None``).
+        plugin: the name of the plugin that registered it.
+        aliases: other attributes patched with the same stand-in while they
+            are the very object ``target`` names.
+    """
 
     target: str
     replacement: Callable[..., Any] | None
@@ -134,9 +151,28 @@ def make_macro(
 class Rules:
     """Lowerings, macro primitives, interceptions and cases of one plugin.
 
-    ``libraries`` names the Python packages whose primitives the plugin lowers
-    (``("jax",)`` for JAX's own primitives, ``("equinox",)`` ...): a missing
-    lowering of such a primitive is then reported as this plugin's gap.
+    A plugin's ``jax2onnx_rules`` hook returns a new ``Rules`` on every call;
+    the loader freezes it (`Rules.freeze`), after which every method that
+    adds something raises ``RuntimeError``. A ``Rules`` made by hand can
+    also be passed to ``to_onnx(..., extra_rules=...)`` for one conversion.
+
+    Args:
+        name: the plugin's name, the entry point's name (the distribution
+            name without ``jax2onnx-``): letters, digits, ``_`` and ``-``.
+        libraries: the Python packages whose primitives the plugin lowers
+            (``("jax",)`` for JAX's own primitives, ``("equinox",)`` ...): a
+            missing lowering of such a primitive is then reported as this
+            plugin's gap.
+
+    Attributes:
+        lowerings: the `Lowering` of every registered rule.
+        interceptions: the `Interception` of every ``intercept`` call.
+        macros: the macro primitives made with ``primitive``.
+        cases: ``(component, Case)`` pairs, component a primitive's name.
+        tracing_contexts: the factories given to ``tracing_context``.
+
+    Raises:
+        ValueError: ``name`` is empty or not an identifier.
     """
 
     def __init__(self, name: str, *, libraries: Iterable[str] = ()) -> None:
@@ -159,6 +195,7 @@ class Rules:
 
     @property
     def frozen(self) -> bool:
+        """Whether `Rules.freeze` was called: nothing more can be added."""
         return self._frozen
 
     def freeze(self) -> Rules:
@@ -193,21 +230,45 @@ class Rules:
         """Register the decorated function as the lowering of ``primitives``.
 
         The function has JAX's lowering signature ``rule(ctx, *inputs, **params)``
-        and returns the ONNX value (or a sequence of values) of the outputs.
-        ``min_opset`` is the oldest opset its ONNX form works at; a primitive may
-        have several lowerings with different ``min_opset`` and the newest one
-        the target opset allows is used. With ``native_dtypes`` the rule runs
-        only for inputs of those dtypes (what its ONNX op has kernels for); other
-        inputs inline ``fallback`` (default: the macro primitive's ``impl``).
+        (``ctx`` a `LoweringContext`, the inputs ``onnx_ir`` values, the params
+        the equation's) and returns the ONNX value of the output, or a
+        sequence with one value per output. The core stamps each output's
+        dtype and shape from the jaxpr.
 
-        ``values="complex"`` registers the rule for the equations of
-        ``primitives`` that have a complex input or output (a primitive may have
-        one rule for real and one for complex values); it receives and returns
-        complex values as stored, float tensors with a trailing axis of 2 (see
-        ``ctx.decompose(..., stored=True)``). ``values="any"``: one rule for
-        both. An equation with complex values and no complex rule inlines the
-        primitive's fallback when it has one, and is reported as unsupported
-        otherwise.
+        Args:
+            *primitives: the JAX primitives (or their names) the rule lowers.
+            min_opset: the oldest opset its ONNX form works at. A primitive
+                may have several lowerings with different ``min_opset``; the
+                newest one the target opset allows is used. Below the oldest,
+                a primitive with a fallback is inlined as JAX computes it.
+            override: replace another plugin's lowering of the same
+                primitive; without it, two plugins lowering one primitive is
+                a `PluginConflictError` naming both.
+            cases: test cases (`case`), filed under the first primitive.
+            native_dtypes: the rule runs only when every input has one of
+                these dtypes (what its ONNX op has kernels for, e.g.
+                ``kernel_dtypes("Gelu")``); other inputs inline the fallback.
+            fallback: JAX's computation of the primitive,
+                ``fallback(*inputs, **params)``, inlined for inputs outside
+                ``native_dtypes`` and by ``ctx.fallback()``; default: the
+                macro primitive's ``impl``.
+            values: ``"real"`` (default) lowers the equations without
+                complex inputs or outputs; ``"complex"`` those with some (a
+                primitive may have one rule of each), receiving and returning
+                complex values as stored, float tensors with a trailing axis
+                of 2 (see ``ctx.decompose(..., stored=True)``); ``"any"``
+                both. An equation with complex values and no complex rule
+                inlines the primitive's fallback when it has one, and is
+                reported as unsupported otherwise.
+
+        Returns:
+            A decorator that registers the function and returns it unchanged.
+
+        Raises:
+            TypeError: no primitive given, or one that is not a primitive.
+            ValueError: an unknown ``values``, an empty ``native_dtypes``, or
+                a second lowering of a primitive at the same ``min_opset``.
+            RuntimeError: the rules are frozen.
         """
         if not primitives:
             raise TypeError("rules.lowering needs at least one primitive")
@@ -247,7 +308,17 @@ class Rules:
     def elementwise(
         self, ops: Mapping[Any, str], *, min_opset: int = 1, override: bool = False
     ) -> None:
-        """Lower each primitive to the single ONNX op named for it."""
+        """Lower each primitive to the single ONNX op named for it.
+
+        Each rule is ``ctx.op.<OpType>(*inputs)``: the op takes the
+        primitive's inputs in order and no attributes.
+
+        Args:
+            ops: primitive (or its name) -> ONNX op type, e.g.
+                ``{lax.exp_p: "Exp", lax.log_p: "Log"}``.
+            min_opset: as in `Rules.lowering`.
+            override: as in `Rules.lowering`.
+        """
         for primitive, op_type in ops.items():
             self._add_lowering(
                 Lowering(
@@ -256,7 +327,15 @@ class Rules:
             )
 
     def add_cases(self, component: Any, cases: Iterable[Case]) -> None:
-        """Attach cases to a component (a primitive or any name)."""
+        """Attach cases to a component (a primitive or any name).
+
+        For cases that do not belong to one ``lowering`` call: a macro
+        primitive's end-to-end cases, a model, an interception.
+
+        Args:
+            component: a primitive (filed under its name) or any name.
+            cases: the `Case` objects.
+        """
         self._check_open("cases")
         name = component if isinstance(component, str) else primitive_name(component)
         for c in cases:
@@ -272,7 +351,33 @@ class Rules:
         multiple_results: bool = False,
         abstract_eval: Callable[..., Any] | None = None,
     ) -> Any:
-        """Create a macro primitive named ``<plugin>.<name>`` (see :mod:`jax2onnx.macro`)."""
+        """Create a macro primitive named ``<plugin>.<name>``.
+
+        A macro primitive keeps a whole JAX function as one primitive while
+        ``to_onnx`` traces (see `Rules.intercept`), so its lowering can emit
+        one ONNX op. JAX evaluates it with ``impl`` and derives its abstract
+        evaluation from ``impl``.
+
+        Args:
+            name: the name within the plugin.
+            impl: the original JAX function, ``impl(*operands, **params)``;
+                also the default fallback of the primitive's lowering.
+            batching: how ``jax.vmap`` batches it: ``"fallback"``
+                (``jax.vmap(impl)``, which decomposes), ``"elementwise"``
+                (the primitive again on operands moved to one batch axis) or
+                a rule ``(args, dims, **params) -> (out, out_dims)``.
+            jvp: how ``jax.jvp`` (and ``jax.grad``) differentiates it:
+                ``"fallback"`` (``jax.jvp(impl)``), a rule
+                ``(primals, tangents, **params) -> (out, out_tangent)``, or
+                ``None`` (non-differentiable by design: differentiating
+                raises `NonDifferentiableError`).
+            multiple_results: ``impl`` returns a sequence of arrays.
+            abstract_eval: the output avals from the input avals and params,
+                when deriving them from ``impl`` is not wanted.
+
+        Returns:
+            The new JAX primitive (bind it, intercept with it, lower it).
+        """
         self._check_open(f"macro primitive {name!r}")
         info = make_macro(
             f"{self.name}.{name}",
@@ -300,17 +405,33 @@ class Rules:
     ) -> None:
         """While ``to_onnx`` traces, replace ``target`` with a call binding ``primitive``.
 
-        ``target`` is ``"package.module.attr"``. ``binder(original)`` returns the
-        stand-in; the default binds the leading array arguments as operands
-        and the other arguments as parameters. ``accept(arguments)`` (the
-        call's arguments by name, defaults filled in) may refuse a call: the
-        original function then runs and converts through its decomposition.
-        ``aliases`` name other places that re-export the same function
-        (``"flax.nnx.gelu"`` for ``"jax.nn.gelu"``); each is patched too, but
-        only while it still is the very object ``target`` names.
-        ``primitive`` may be ``None`` when ``binder`` is given and the stand-in
-        binds no primitive of its own (it only makes the call traceable, as
-        the flax plugin does for ``nnx.bridge.ToNNX``).
+        The attribute is replaced while tracing and restored afterwards, also
+        when tracing raises. Code must reach the function through that
+        attribute at call time (``ops.softclip(x)``), not through a name bound
+        earlier with ``from ... import softclip``.
+
+        Args:
+            target: the attribute to replace, ``"package.module.attr"``.
+            primitive: the primitive the stand-in binds; ``None`` when
+                ``binder`` is given and the stand-in binds no primitive of
+                its own (it only makes the call traceable, as the flax plugin
+                does for ``nnx.bridge.ToNNX``).
+            binder: ``binder(original)`` returns the stand-in. The default
+                binds the leading array arguments as operands and the other
+                (hashable) arguments as parameters; a call it cannot bind
+                runs ``original``.
+            accept: ``accept(arguments)`` (the call's arguments by name,
+                defaults filled in) may refuse a call: the original function
+                then runs and converts through its decomposition.
+            aliases: other attributes that re-export the same function
+                (``"flax.nnx.gelu"`` for ``"jax.nn.gelu"``); each is patched
+                too, but only while it still is the very object ``target``
+                names.
+
+        Raises:
+            ValueError: no ``primitive`` and no ``binder``, or a target that
+                is not ``"module.attribute"``.
+            RuntimeError: the rules are frozen.
         """
         self._check_open(f"an interception of {target!r}")
         if primitive is None and binder is None:
@@ -357,20 +478,28 @@ def _one_op(op_type: str) -> LoweringFn:
 class Family:
     """The rules one family module declares, replayed onto a plugin's ``Rules``.
 
-    .. code-block:: python
+    The methods take the arguments of `Rules`' methods of the same names and
+    only record the declaration. Macro primitives are made once, when the
+    module imports (like JAX's own primitives); every ``register(rules)``
+    adds the same declarations to a new ``Rules``.
+
+    Args:
+        plugin: the name of the plugin whose ``Rules`` this family registers
+            on.
+
+    Example:
+        ```python
+        from jax import lax
+        from jax2onnx.plugin import Family, case
 
         family = Family("myops")
 
-        @family.lowering(lax.tanh_p, cases=[...])
+        @family.lowering(lax.tanh_p, cases=[case("tanh", lax.tanh, [(3,)])])
         def tanh(ctx, x, *, accuracy=None):
             return ctx.op.Tanh(x)
 
-        register = family.register    # plugin.py: register(rules) for each family
-
-    The decorators take the arguments of :class:`Rules`' methods. Macro
-    primitives are made once, when the module imports (like JAX's own
-    primitives); every ``register(rules)`` adds the same declarations to a
-    new ``Rules``.
+        register = family.register  # the plugin's hook calls register(rules)
+        ```
     """
 
     def __init__(self, plugin: str) -> None:
@@ -381,7 +510,7 @@ class Family:
         return f"Family({self.plugin!r}, declarations={len(self._declarations)})"
 
     def lowering(self, *primitives: Any, **options: Any) -> Callable[[LoweringFn], LoweringFn]:
-        """As :meth:`Rules.lowering`."""
+        """Record a [`Rules.lowering`][jax2onnx.rules.Rules.lowering] call."""
         for key in ("cases", "native_dtypes"):  # iterables are read once, here
             if options.get(key) is not None:
                 options[key] = tuple(options[key])
@@ -393,31 +522,35 @@ class Family:
         return declare
 
     def elementwise(self, ops: Mapping[Any, str], **options: Any) -> None:
-        """As :meth:`Rules.elementwise`."""
+        """Record a [`Rules.elementwise`][jax2onnx.rules.Rules.elementwise] call."""
         ops = dict(ops)
         self._declarations.append(lambda rules: rules.elementwise(ops, **options))
 
     def add_cases(self, component: Any, cases: Iterable[Case]) -> None:
-        """As :meth:`Rules.add_cases`."""
+        """Record a [`Rules.add_cases`][jax2onnx.rules.Rules.add_cases] call."""
         cases = tuple(cases)
         self._declarations.append(lambda rules: rules.add_cases(component, cases))
 
     def intercept(self, target: str, primitive: Any, **options: Any) -> None:
-        """As :meth:`Rules.intercept`."""
+        """Record a [`Rules.intercept`][jax2onnx.rules.Rules.intercept] call."""
         self._declarations.append(lambda rules: rules.intercept(target, primitive, **options))
 
     def tracing_context(self, factory: Callable[[], Any]) -> None:
-        """As :meth:`Rules.tracing_context`."""
+        """Record a [`Rules.tracing_context`][jax2onnx.rules.Rules.tracing_context] call."""
         self._declarations.append(lambda rules: rules.tracing_context(factory))
 
     def primitive(self, name: str, **options: Any) -> Any:
-        """As :meth:`Rules.primitive`: the primitive ``<plugin>.<name>``, made now."""
+        """As [`Rules.primitive`][jax2onnx.rules.Rules.primitive]: ``<plugin>.<name>``, made now."""
         info = make_macro(f"{self.plugin}.{name}", **options)
         self._declarations.append(lambda rules: rules._add_macro(info))
         return info.primitive
 
     def register(self, rules: Rules) -> None:
-        """Add every declaration of this family to ``rules``."""
+        """Add every declaration of this family to ``rules``.
+
+        Raises:
+            ValueError: ``rules`` belongs to another plugin.
+        """
         if rules.name != self.plugin:
             raise ValueError(
                 f"a family of plugin {self.plugin!r} cannot register on Rules({rules.name!r})"
@@ -430,9 +563,12 @@ class Family:
 class Prepared:
     """What a ``jax2onnx_prepare`` hook returns: a pure function to trace.
 
-    ``fn`` takes the user's positional inputs (and ``input_params`` as
-    keywords) and returns the outputs; arrays it closes over become
-    initializers of the exported model.
+    Attributes:
+        fn: takes the user's positional inputs (and ``input_params`` as
+            keywords) and returns the outputs; arrays it closes over become
+            initializers of the exported model.
+        name: a name for what was prepared (informational; the core does
+            not read it).
     """
 
     fn: Callable[..., Any]

@@ -241,8 +241,17 @@ def new_dimension(hint: str) -> Any:
     named ``<hint>_<n>`` in the exported model (``nonzero_0``), unique within
     the conversion and distinct from the inputs' dimension names, and the
     core computes it from the first value that has it. Only while
-    ``to_onnx`` traces (the dimension belongs to that conversion);
-    elsewhere a :class:`~jax2onnx.errors.UsageError`.
+    ``to_onnx`` traces (the dimension belongs to that conversion).
+
+    Args:
+        hint: the name's stem, a short identifier (``"nonzero"``).
+
+    Returns:
+        A JAX symbolic dimension, for the primitive's params and output shape:
+            ``positives_p.bind(x, size=new_dimension("picked"))``.
+
+    Raises:
+        UsageError: called outside a conversion (at import, in plain JAX code).
     """
     dims = _DIMENSIONS.get()
     if dims is None:

@@ -41,7 +41,19 @@ def validation_inputs(inputs: Sequence[Any], seed: int = 0) -> list[Any]:
 
 def stored(x: Any) -> np.ndarray:
     """A value as the ONNX model holds it: a key array as its uint32 key data, a
-    complex array as float real and imaginary parts on a trailing axis of 2."""
+    complex array as float real and imaginary parts on a trailing axis of 2.
+
+    Other values are returned as NumPy arrays. Use it to feed an exported
+    model in ONNX Runtime.
+
+    Example:
+        ```python
+        import numpy as np
+        from jax2onnx.plugin import stored_array
+
+        assert stored_array(np.array([1 + 2j], np.complex64)).tolist() == [[1.0, 2.0]]
+        ```
+    """
     from jax2onnx.keys import complex_parts, is_complex, is_extended
 
     if is_extended(getattr(x, "dtype", None)):
@@ -181,17 +193,31 @@ def allclose(
             or shape tuples: random float32 data is drawn, string dims are 2.
         input_params: keyword arguments of ``fn``; those that are graph
             inputs of the model are fed to it by name.
-        rtol, atol: tolerances for floating outputs; other outputs must be equal.
+        rtol: relative tolerance for floating (and complex) outputs.
+        atol: absolute tolerance for floating outputs; other outputs must be
+            equal. NaNs compare equal to NaNs.
         enable_double_precision: run JAX with 64-bit types (as the model was
             exported with ``enable_double_precision=True``).
-        inputs_as_nchw, outputs_as_nchw: as given to :func:`jax2onnx.to_onnx`
-            (positions or names): ``inputs`` are channels-last as ``fn``
-            takes them and are moved channels-first for the model; those
-            outputs of the model are moved channels-last before comparing.
+        inputs_as_nchw: as given to `to_onnx` (positions or names): these
+            ``inputs`` are channels-last as ``fn`` takes them and are moved
+            channels-first for the model.
+        outputs_as_nchw: as given to `to_onnx`: these outputs of the model
+            are moved channels-last before comparing.
 
     Returns:
         ``(matches, message)``; the message says which output differs and by
-        how much.
+            how much. A model that ONNX Runtime cannot run with these inputs is
+            ``(False, why)``.
+
+    Example:
+        ```python
+        import jax.numpy as jnp
+        from jax2onnx import allclose, to_onnx
+
+        path = to_onnx(jnp.tanh, [("B", 3)], return_mode="file", output_path="tanh.onnx")
+        ok, message = allclose(jnp.tanh, path, [jnp.ones((5, 3))])
+        assert ok, message
+        ```
     """
     import jax
 
@@ -236,14 +262,23 @@ def allclose_onnxruntime_web(
     A deployment check for models written with ``to_onnx(...,
     return_mode="file", export_mode="web")``: the model runs once in ONNX
     Runtime's Python CPU build and once in onnxruntime-web, and the outputs
-    are compared.
+    are compared. Values travel to the web runtime as raw bytes, so NaN,
+    -0.0, int64 and float16 arrive exactly.
+
+    The npm package ``onnxruntime-web`` is found through
+    ``JAX2ONNX_ONNXRUNTIME_WEB`` (its directory), else ``node_modules`` in
+    the working directory or one of its parents, else npm's global root.
+    Chromium is ``JAX2ONNX_CHROMIUM``, else ``chromium``, ``chromium-browser``
+    or ``google-chrome`` on ``PATH``. Nothing is downloaded.
 
     Args:
         onnx_model_path: the model file.
         inputs: concrete arrays (or shape tuples: random float32 data, string
             dims 2), fed to the model's positional inputs in order.
         input_params: values of the model's named runtime-parameter inputs.
-        rtol, atol: tolerances for floating outputs; other outputs must be equal.
+        rtol: relative tolerance for floating outputs.
+        atol: absolute tolerance for floating outputs; other outputs must be
+            equal.
         inputs_as_nchw: inputs (positions or names) given channels-last that
             the model takes channels-first.
         node_command: the Node.js executable (the ``"node"`` runner).
@@ -252,15 +287,9 @@ def allclose_onnxruntime_web(
             ``JAX2ONNX_ONNXRUNTIME_WEB_RUNNER`` environment variable, else
             ``"node"``.
 
-    The npm package ``onnxruntime-web`` is found through
-    ``JAX2ONNX_ONNXRUNTIME_WEB`` (its directory), else ``node_modules`` in
-    the working directory or one of its parents, else npm's global root.
-    Chromium is ``JAX2ONNX_CHROMIUM``, else ``chromium``, ``chromium-browser``
-    or ``google-chrome`` on ``PATH``.
-
     Returns:
         ``(matches, message)``; when a runtime or the browser is missing, or
-        the model fails in it, ``matches`` is False and the message says why.
+            the model fails in it, ``matches`` is False and the message says why.
     """
     from jax2onnx import web
 

@@ -27,7 +27,23 @@ DEFAULT_TOLERANCES = {
 
 @dataclasses.dataclass(frozen=True)
 class CaseVariant:
-    """One way of running a case: dtype precision and static or symbolic shapes."""
+    """One way of running a case: dtype precision and static or symbolic shapes.
+
+    The pytest plugin passes these as ``jax2onnx_case``; make them with
+    `variants_of`.
+
+    Attributes:
+        plugin: the plugin (or ``Rules``) name the case comes from.
+        component: the primitive (or name) the case is filed under.
+        case: the `Case`.
+        precision: ``"f32"`` or ``"f64"`` (traced under x64 with
+            ``enable_double_precision=True``).
+        dynamic: convert with symbolic dimensions and run at the case's
+            dynamic sizes; otherwise at its static sizes.
+        extra_rules: ``Rules`` passed to ``to_onnx(extra_rules=...)``.
+        graph_checks: apply the case's graph expectations (False for a
+            variant run at another opset than the case's, `at_opset`).
+    """
 
     plugin: str
     component: str
@@ -41,6 +57,7 @@ class CaseVariant:
 
     @property
     def id(self) -> str:
+        """The stable test id, ``plugin/component/case[f32-static]``."""
         kind = "dynamic" if self.dynamic else "static"
         at = "" if self.graph_checks else f"@opset{self.case.opset}"
         return f"{self.plugin}/{self.component}/{self.case.name}[{self.precision}-{kind}]{at}"
@@ -68,7 +85,21 @@ def _has_float_inputs(c: Case) -> bool:
 def variants_of(
     plugin: str, component: str, c: Case, extra_rules: Sequence[Rules] = ()
 ) -> list[CaseVariant]:
-    """``f32-static``, ``f64-static`` (float cases), ``f32-dynamic`` (symbolic cases)."""
+    """The variants a case runs as.
+
+    ``f32-static`` always; ``f64-static`` when the case has floating inputs
+    (or the precisions ``Case.variants`` names); a ``-dynamic`` variant at
+    the first precision when the inputs have symbolic dimensions.
+
+    Args:
+        plugin: the name the ids start with.
+        component: the primitive (or name) the case is filed under.
+        c: the case.
+        extra_rules: ``Rules`` the conversions need (not installed ones).
+
+    Returns:
+        The `CaseVariant` objects, in that order.
+    """
     precisions = c.variants or (("f32", "f64") if _has_float_inputs(c) else ("f32",))
     out = [CaseVariant(plugin, component, c, p, False, tuple(extra_rules)) for p in precisions]
     if c.symbols:
@@ -176,7 +207,24 @@ def _tolerance(c: Case, dtype: np.dtype) -> tuple[float, float]:
 
 
 def compare(c: Case, expected: Sequence[Any], got: Sequence[np.ndarray], where: str) -> None:
-    """Outputs must agree in count, dtype, shape and value (dtype-aware tolerances)."""
+    """Outputs must agree in count, dtype, shape and value (dtype-aware tolerances).
+
+    Floats (complex too, and bfloat16) compare within the case's tolerance
+    for their dtype, else the defaults (float32 ``1e-5``/``1e-5``, float64
+    ``1e-10``/``1e-10``, float16 ``1e-2``/``1e-3``, bfloat16 ``2e-2``/``1e-2``),
+    with NaNs in the same places; integers and booleans exactly. A complex
+    output ONNX Runtime gives as float ``[..., 2]`` is compared as complex.
+
+    Args:
+        c: the case (for its tolerances).
+        expected: JAX's outputs.
+        got: ONNX Runtime's outputs.
+        where: what the message names (the variant id and sizes).
+
+    Raises:
+        AssertionError: naming the output, the worst difference and the
+            first values of both sides.
+    """
     if len(expected) != len(got):
         raise AssertionError(f"{where}: JAX gives {len(expected)} outputs, ONNX Runtime {len(got)}")
     for i, (want, have) in enumerate(zip(expected, got, strict=True)):
@@ -234,7 +282,30 @@ def _run_jax(fn, args, params, precision):
 
 
 def check_case(variant: CaseVariant) -> onnx.ModelProto:
-    """Run the whole check for one case variant; returns the exported model."""
+    """Run the whole check for one case variant; returns the exported model.
+
+    1. ``to_onnx`` converts the case (symbolic dimensions for a dynamic
+       variant, concrete sizes otherwise).
+    2. ``onnx.checker.check_model(model, full_check=True)`` passes.
+    3. ONNX Runtime runs the model on seeded random inputs (at every dynamic
+       size for a dynamic variant) and `compare` checks the outputs against
+       JAX (`jax2onnx.traced_callable` of the case's function).
+    4. `expect_graph` checks the case's ``expect``, ``counts`` and
+       ``no_unused_inputs`` (a dynamic variant's symbolic inputs must carry
+       the symbol names); in static variants symbols in patterns are
+       replaced by their sizes.
+
+    Args:
+        variant: the variant, as the ``jax2onnx_case`` parameter gives it.
+
+    Returns:
+        The exported ``onnx.ModelProto``.
+
+    Raises:
+        AssertionError: outputs or graph differ from what the case says.
+        Exception: whatever the conversion, the checker or ONNX Runtime
+            raises.
+    """
     import onnxruntime as ort
 
     c = variant.case

@@ -1,9 +1,12 @@
-"""The coverage table: each lowered primitive with its ONNX ops, dtypes and cases.
+"""The coverage table: each lowered primitive with its ONNX ops, opsets, dtypes and cases.
 
 The ONNX ops are those the rule really emitted while converting the
 primitive's cases (the ``f32-static`` variant of each), so the table cannot
-drift from the code. ``jax2onnx coverage`` prints it; ``--markdown`` writes
-the form kept in ``docs/coverage.md``.
+drift from the code. The opsets and the vmap/grad column are read from the
+rules: where each lowering starts (``min_opset``), what happens below it, and
+for a plugin's own (macro) primitives the batching and JVP strategies.
+``jax2onnx coverage`` prints the table; ``--markdown`` writes the form kept in
+``docs/coverage.md``.
 """
 
 from __future__ import annotations
@@ -18,11 +21,17 @@ import numpy as np
 
 @dataclasses.dataclass
 class CoverageRow:
+    """One row of the table: a primitive (or primitives sharing one rule) of one plugin."""
+
     plugin: str
     primitive: str
     ops: set[str] = dataclasses.field(default_factory=set)
     dtypes: set[str] = dataclasses.field(default_factory=set)
     cases: int = 0
+    #: the opsets the rules cover, e.g. ``"13-26"`` or ``"17-26; below: JAX's arithmetic"``
+    opsets: str = "13-26"
+    #: how ``jax.vmap`` and ``jax.grad`` treat the primitive
+    transforms: str = "JAX's rules"
     errors: list[str] = dataclasses.field(default_factory=list)
     #: cases marked ``xfail`` (a documented gap) that failed as they say
     known_gaps: list[str] = dataclasses.field(default_factory=list)
@@ -43,13 +52,56 @@ def _case_dtypes(case: Any, precision: str) -> set[str]:
     return names
 
 
-def coverage(plugin_names: Sequence[str] | None = None) -> list[CoverageRow]:
-    """Rows for every primitive lowered by the named plugins (default: all)."""
+OLDEST, NEWEST = 13, 26
+
+
+def _opsets(lowerings: Sequence[Any], name: str, is_macro: bool) -> str:
+    """The opsets ``name``'s lowerings cover, and what happens below the oldest."""
+    starts = sorted({max(OLDEST, lw.min_opset) for lw in lowerings if lw.primitive == name})
+    text = f"{starts[0]}-{NEWEST}"
+    if len(starts) > 1:
+        text += f" (other form from {', '.join(map(str, starts[1:]))})"
+    if starts[0] > OLDEST:
+        inlined = is_macro or any(
+            lw.fallback is not None for lw in lowerings if lw.primitive == name
+        )
+        text += "; below: JAX's arithmetic" if inlined else "; refused below"
+    return text
+
+
+def coverage(
+    plugin_names: Sequence[str] | None = None, *, convert: bool = True
+) -> list[CoverageRow]:
+    """Rows for every primitive lowered by the named plugins (default: all).
+
+    Args:
+        plugin_names: the plugins to cover; ``None`` covers every loaded plugin.
+        convert: convert each case to learn the ONNX ops its rule emits. Without
+            it (fast) the rows hold what the rules declare: opsets, vmap/grad,
+            dtypes and case counts, and no ops.
+    """
     import jax2onnx
     from jax2onnx_testkit.check import case_specs, variants_of
 
     plugin_set = jax2onnx.plugins()
+    # a plugin may declare cases for another plugin's primitive (flax's for nn.dropout):
+    # its row describes the rules that lower it, wherever they come from
+    lowerings = [lw for p in plugin_set.plugins if p.rules for lw in p.rules.lowerings]
+    macros = {m.name: m for p in plugin_set.plugins if p.rules for m in p.rules.macros}
     rows: dict[tuple[str, str], CoverageRow] = {}
+
+    def row_for(plugin: str, primitive: str) -> CoverageRow:
+        if (plugin, primitive) not in rows:
+            row = rows[plugin, primitive] = CoverageRow(plugin, primitive)
+            first = primitive.split(", ")[0]
+            rules_of = [lw for lw in lowerings if lw.primitive == first]
+            own = [lw for lw in rules_of if lw.plugin == plugin]
+            if rules_of:
+                row.opsets = _opsets(own or rules_of, first, first in macros)
+            if first in macros:
+                row.transforms = f"{macros[first].batching} / {macros[first].jvp}"
+        return rows[plugin, primitive]
+
     for plugin in plugin_set.plugins:
         rules = plugin.rules
         if rules is None or (plugin_names and plugin.name not in plugin_names):
@@ -60,15 +112,14 @@ def coverage(plugin_names: Sequence[str] | None = None) -> list[CoverageRow]:
             names = [lw.primitive for lw in rules.lowerings if lw.fn is lowering.fn]
             label[lowering.primitive] = ", ".join(dict.fromkeys(names))
         for name in label:
-            rows.setdefault((plugin.name, label[name]), CoverageRow(plugin.name, label[name]))
+            row_for(plugin.name, label[name])
         for component, case in rules.cases:
-            key = (plugin.name, label.get(component, component))
-            row = rows.setdefault(key, CoverageRow(*key))
+            row = row_for(plugin.name, label.get(component, component))
             row.cases += 1
             for variant in variants_of(plugin.name, component, case):
                 if not variant.dynamic:
                     row.dtypes |= _case_dtypes(case, variant.precision)
-                if variant.precision != "f32" or case.skip:
+                if variant.precision != "f32" or case.skip or not convert:
                     continue
                 sizes = None if variant.dynamic else {s: case.sizes(s)[0] for s in case.symbols}
                 try:
@@ -92,7 +143,8 @@ def coverage(plugin_names: Sequence[str] | None = None) -> list[CoverageRow]:
 
 
 def render(rows: Sequence[CoverageRow], *, markdown: bool) -> str:
-    header = ["plugin", "primitive", "ONNX ops", "dtypes", "cases"]
+    """The table as aligned text, or with ``markdown=True`` as ``docs/coverage.md``."""
+    header = ["plugin", "primitive", "ONNX ops", "opsets", "dtypes", "vmap / grad", "cases"]
     body = []
     for r in rows:
         converted = r.cases - len(r.known_gaps) - len(r.errors)
@@ -101,7 +153,8 @@ def render(rows: Sequence[CoverageRow], *, markdown: bool) -> str:
             ops += f" [failed: {', '.join(r.errors)}]"
         if r.known_gaps:
             ops += f" [known gap, xfail: {', '.join(r.known_gaps)}]"
-        body.append([r.plugin, r.primitive, ops, " ".join(sorted(r.dtypes)) or "-", str(r.cases)])
+        dtypes = " ".join(sorted(r.dtypes)) or "-"
+        body.append([r.plugin, r.primitive, ops, r.opsets, dtypes, r.transforms, str(r.cases)])
     if markdown:
         lines = [
             "# Coverage",
@@ -112,6 +165,14 @@ def render(rows: Sequence[CoverageRow], *, markdown: bool) -> str:
             "their body; a static `iota` is a constant. Functions whose output size",
             "depends on the data (`jnp.nonzero`, `jnp.unique` ...) are in",
             "[Getting started](getting_started.md#data-dependent-output-sizes).",
+            "",
+            "*opsets*: the target opsets each primitive converts at (13 to 26), where a rule",
+            "switches to another form, and what a rule that needs a newer op does below its",
+            "opset. *vmap / grad*: the primitives JAX defines are batched and differentiated by",
+            "JAX itself before conversion; a plugin's own primitives (layers and functions",
+            "exported as one op) name their batching and JVP rules: `explicit` (a rule of their",
+            "own, e.g. one op over the batch), `elementwise` (batched as it is), `fallback`",
+            "(JAX's rules for the computation they stand for), `none (non-differentiable)`.",
             "",
             "| " + " | ".join(header) + " |",
             "|" + "---|" * len(header),

@@ -1,10 +1,12 @@
 """``expect_graph``: compact assertions about an exported graph.
 
-Patterns are op paths, each op optionally with the shape of its first output::
+Patterns are op paths, each op optionally with the shape of its first output:
 
-    "MatMul -> Add -> Tanh"      a chain where each node consumes the previous one's output
-    "Gemm:Bx10"                  a Gemm whose output shape is (B, 10)
-    "Tanh:3"                     a Tanh whose output shape is (3,)
+| pattern | matches |
+|---|---|
+| ``"MatMul -> Add -> Tanh"`` | a chain where each node consumes the previous one's output |
+| ``"Gemm:Bx10"`` | a Gemm whose output shape is (B, 10) |
+| ``"Tanh:3"`` | a Tanh whose output shape is (3,) |
 """
 
 from __future__ import annotations
@@ -76,6 +78,7 @@ def _path_exists(model, steps, shapes) -> bool:
 
 
 def op_counts(model: onnx.ModelProto) -> dict[str, int]:
+    """How many nodes of each op type the model has, subgraphs and functions included."""
     counts: dict[str, int] = {}
     for node in _nodes(model.graph):
         counts[node.op_type] = counts.get(node.op_type, 0) + 1
@@ -92,6 +95,7 @@ def _used_names(graph: onnx.GraphProto) -> set[str]:
 
 
 def describe(model: onnx.ModelProto) -> str:
+    """The main graph's nodes, one line each: ``Op(inputs) -> output:shape``."""
     shapes = _shapes(model)
     lines = []
     for node in model.graph.node:
@@ -109,7 +113,40 @@ def expect_graph(
     input_shapes: Mapping[str, str] | None = None,
     subs: Mapping[str, int] | None = None,
 ) -> None:
-    """Assert the patterns hold; ``subs`` maps symbol names to sizes for static variants."""
+    """Assert what an exported graph looks like.
+
+    Nodes of subgraphs (``If``/``Loop``/``Scan`` bodies) count; a path is
+    followed from node to consumer. Shapes are written ``Bx10`` (a symbol or
+    a size per axis, ``?`` for an unknown one) and compared with the value
+    info of the node's first output.
+
+    Args:
+        model: the exported model.
+        patterns: op paths that must exist: ``"MatMul -> Add -> Tanh"`` (each
+            node consumes the previous one's output), ``"Gemm:Bx10"`` (with
+            the shape of the first output).
+        counts: exact op counts, e.g. ``{"Transpose": 0}`` (functions'
+            nodes included).
+        no_unused_inputs: every graph input must be consumed.
+        input_shapes: graph input (or output) name -> expected shape,
+            ``"Bx3"``.
+        subs: symbol name -> size, replaced in the patterns' shapes (for
+            static variants of a case written with symbols).
+
+    Raises:
+        AssertionError: listing every expectation that failed, then the
+            graph's nodes.
+
+    Example:
+        ```python
+        import jax.numpy as jnp
+        from jax2onnx import to_onnx
+        from jax2onnx_testkit import expect_graph
+
+        model = to_onnx(lambda x, w: jnp.tanh(x @ w), [("B", 4), (4, 2)])
+        expect_graph(model, ["MatMul:Bx2 -> Tanh:Bx2"], counts={"Transpose": 0})
+        ```
+    """
     subs = dict(subs or {})
     shapes = _shapes(model)
     problems = []

@@ -13,6 +13,7 @@ from jax2onnx.plugin import hookimpl
 
 
 def cmd_coverage(args: argparse.Namespace, out: TextIO) -> int:
+    """``jax2onnx coverage``: print the coverage table (see `coverage` and `render`)."""
     from jax2onnx_testkit.coverage import coverage, render
 
     out.write(render(coverage(args.plugin or None), markdown=args.markdown))
@@ -21,6 +22,7 @@ def cmd_coverage(args: argparse.Namespace, out: TextIO) -> int:
 
 @hookimpl
 def jax2onnx_commands(commands: Any) -> None:
+    """Add the ``coverage`` subcommand (``--plugin NAME``, repeatable; ``--markdown``)."""
     cover = commands.add_parser(
         "coverage",
         help="each lowered primitive with its ONNX ops, dtypes and case count",

@@ -27,7 +27,11 @@ def _distribution_plugins(test_file: str) -> list[str]:
 
 
 def collect_variants(plugin_names, extra_rules=()):
-    """Every variant of every case of the named plugins and of ``extra_rules``."""
+    """Every variant of every case of the named plugins and of ``extra_rules``.
+
+    Raises ``pytest.UsageError`` when a named plugin is not loaded, or when
+    two cases have the same id.
+    """
     import jax2onnx
     from jax2onnx_testkit.check import variants_of
 
@@ -57,6 +61,11 @@ def collect_variants(plugin_names, extra_rules=()):
 
 
 def pytest_generate_tests(metafunc):
+    """Parametrise ``jax2onnx_case`` with every `CaseVariant` the test module selects.
+
+    A case's ``skip`` becomes a skip mark and its ``xfail`` a strict xfail
+    mark, each with its reason; the test ids are the variant ids.
+    """
     if "jax2onnx_case" not in metafunc.fixturenames:
         return
     module = metafunc.module
@@ -77,7 +86,14 @@ def pytest_generate_tests(metafunc):
 
 @pytest.fixture
 def check_case():
-    """The testkit's ``check_case`` function."""
+    """The testkit's `check_case` function, as a fixture.
+
+    Example:
+        ```python
+        def test_case(jax2onnx_case, check_case):
+            check_case(jax2onnx_case)
+        ```
+    """
     from jax2onnx_testkit.check import check_case as check
 
     return check

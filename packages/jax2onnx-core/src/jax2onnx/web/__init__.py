@@ -168,6 +168,17 @@ def _run_node(package: pathlib.Path, request: dict[str, Any], node_command: str)
     return _outputs(json.loads(done.stdout), "node")
 
 
+#: how every headless Chromium run of ours starts (no sandbox: CI containers run as root)
+HEADLESS_FLAGS = (
+    "--headless=new",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-dev-shm-usage",
+    "--no-first-run",
+    "--no-default-browser-check",
+)
+
+
 def find_chromium() -> str:
     """The Chromium (or Chrome) executable."""
     configured = os.environ.get(CHROMIUM_VARIABLE)
@@ -247,12 +258,7 @@ def _run_chrome(package: pathlib.Path, model: str, request: dict[str, Any]):
     with tempfile.TemporaryDirectory(prefix="jax2onnx-chromium-") as profile:
         command = [
             browser,
-            "--headless=new",
-            "--no-sandbox",
-            "--disable-gpu",
-            "--disable-dev-shm-usage",
-            "--no-first-run",
-            "--no-default-browser-check",
+            *HEADLESS_FLAGS,
             f"--user-data-dir={profile}",
             f"http://127.0.0.1:{server.server_address[1]}/",
         ]
