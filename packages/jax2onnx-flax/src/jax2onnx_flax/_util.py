@@ -121,22 +121,12 @@ def linen_factory(
 
         module = build(nn)
         samples = [jnp.ones(s, jnp.float32) for s in shapes]
-        variables = initialised(module, *samples, **(init_kwargs or {}))
+        variables = module.init(jax.random.key(0), *samples, **(init_kwargs or {}))
+        variables = perturbed(variables)
         bound = module.bind(variables)
         return wrap(bound) if wrap is not None else bound
 
     return make
-
-
-def initialised(module: Any, *samples: Any, **kwargs: Any) -> Any:
-    """``perturbed(module.init(key(0), *samples, **kwargs))`` as one compiled program.
-
-    Run eagerly, an init compiles one small XLA program per parameter shape
-    (a ResNet: over a hundred, most of its case's time); under ``jax.jit`` it is one.
-    """
-    return jax.jit(lambda key, *xs: perturbed(module.init(key, *xs, **kwargs)))(
-        jax.random.key(0), *samples
-    )
 
 
 def perturbed(variables: Any, scale: float = 0.1) -> Any:

@@ -158,9 +158,12 @@ def classes() -> types.SimpleNamespace:
 
 
 def _initialised(module: Any, *samples: Any, **kwargs: Any) -> tuple[Any, Any]:
-    from jax2onnx_flax._util import initialised
+    import jax
 
-    return module, initialised(module, *samples, **kwargs)
+    from jax2onnx_flax._util import perturbed
+
+    variables = module.init(jax.random.key(0), *samples, **kwargs)
+    return module, perturbed(variables)
 
 
 def resnet(config: ResNetConfig = ResNetConfig()) -> tuple[Any, Any]:
@@ -174,12 +177,13 @@ def resnet(config: ResNetConfig = ResNetConfig()) -> tuple[Any, Any]:
     shape = (4, config.image, config.image, config.channels)
     batch = np.random.default_rng(3).standard_normal(shape).astype(np.float32)
     calibrating = classes().ResNet(dataclasses.replace(config, momentum=0.0))
-    calibrate = jax.jit(
-        lambda v, x: calibrating.apply(
-            v, x, train=True, mutable=["batch_stats"], rngs={"dropout": jax.random.key(4)}
-        )
+    _, stats = calibrating.apply(
+        variables,
+        batch,
+        train=True,
+        mutable=["batch_stats"],
+        rngs={"dropout": jax.random.key(4)},
     )
-    _, stats = calibrate(variables, batch)
     return module, {**variables, **stats}
 
 

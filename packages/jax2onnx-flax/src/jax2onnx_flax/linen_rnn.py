@@ -33,7 +33,7 @@ import jax
 import jax.numpy as jnp
 
 from jax2onnx.plugin import Family, at_conversion, case
-from jax2onnx_flax._util import grad_of_squares, initialised, linen_factory, linen_promoted
+from jax2onnx_flax._util import grad_of_squares, linen_factory, linen_promoted, perturbed
 from jax2onnx_flax.linear import linear_p
 from jax2onnx_flax.linen import LinenStandIn
 
@@ -163,7 +163,7 @@ def _applied(build, *shapes, arrange=None, wrap=None):
 
         module = build(nn, jnp.float32)
         args, kwargs = arrange(module, *(jnp.ones(s, jnp.float32) for s in shapes))
-        variables = initialised(module, *args, **kwargs)
+        variables = perturbed(module.init(jax.random.key(0), *args, **kwargs))
         with jax.enable_x64(True):
             wide = jax.tree.map(lambda v: v.astype(jnp.float64), variables)
         by_dtype = {jnp.dtype(jnp.float32): variables, jnp.dtype(jnp.float64): wide}
