@@ -4,6 +4,7 @@
     python benchmarks/run.py --models mlp,cnn    # a subset
     python benchmarks/run.py --models linen      # the Linen models, each also through lax only
     python benchmarks/run.py --models equinox    # the Equinox models, each also through lax only
+    python benchmarks/run.py --models nhwc       # channels-last CNNs as Haiku and Keras write them
     python benchmarks/run.py --small             # the test-suite configs (a smoke run)
 
 A model named ``<name>@lax`` is converted with the flax plugin disabled
@@ -27,7 +28,11 @@ to a baseline measured in the same process:
 - peak RSS increase during the first conversion vs the parameter bytes.
 
 Nothing is downloaded: the models are built with random weights by
-:mod:`jax2onnx_flax.models` and :mod:`jax2onnx_equinox.models`.
+:mod:`jax2onnx_flax.models`, :mod:`jax2onnx_equinox.models` and, for the
+channels-last CNNs (``nhwc-*``, plain JAX with a parameter dict, as Haiku
+and Keras models are), ``benchmarks/nhwc_models.py``. The "Transposes"
+column counts the layout changes left in the graph: a channels-last CNN
+needs one, at its input.
 """
 
 from __future__ import annotations
@@ -49,6 +54,8 @@ LINEN = ("linen-resnet", "linen-resnet-tonnx", "linen-encoder", "linen-lstm")
 # Equinox models (jax2onnx_equinox.models), mapped over the batch; "equinox" names them all,
 # each followed by its lax-only baseline.
 EQUINOX = ("eqx-mlp", "eqx-vit", "eqx-gpt2", "eqx-moe")
+# Channels-last CNNs in plain JAX (benchmarks/nhwc_models.py); "nhwc" names them all.
+NHWC = ("nhwc-resnet18", "nhwc-mobilenet")
 # Large models, run when named with --models: a >2 GiB float32 MLP (external data)
 # and the same MLP with bfloat16 weights (stored as bfloat16).
 LARGE = ("mlp-2g", "mlp-bf16")
@@ -118,7 +125,9 @@ def build(name: str, small: bool) -> tuple[Any, list[Any], Any]:
         return _linen(name, small, rng)
     if name in EQUINOX:
         return _equinox(name, small, rng)
-    known = ", ".join((*MODELS, *LARGE, *LINEN, *EQUINOX))
+    if name in NHWC:
+        return _nhwc(name, small, rng)
+    known = ", ".join((*MODELS, *LARGE, *LINEN, *EQUINOX, *NHWC))
     raise SystemExit(f"unknown model {name!r}; choose from {known}")
 
 
@@ -283,11 +292,34 @@ def _equinox(name: str, small: bool, rng: Any) -> tuple[Any, list[Any], Any]:
     )
 
 
+def _nhwc(name: str, small: bool, rng: Any) -> tuple[Any, list[Any], Any]:
+    import numpy as np
+
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import nhwc_models as nm
+
+    build_model, full, reduced = {
+        "nhwc-resnet18": (nm.resnet, nm.RESNET18, nm.RESNET_SMALL),
+        "nhwc-mobilenet": (nm.mobilenet, nm.MOBILENET, nm.MOBILENET_SMALL),
+    }[name]
+    config = reduced if small else full
+    model = build_model(config)
+    shape = (config.image, config.image, config.channels)
+    return (
+        model,
+        [("B", *shape)],
+        lambda b: [rng.standard_normal((b, *shape)).astype(np.float32)],
+    )
+
+
 def _weights(module: Any) -> list[Any]:
     """The arrays a model stores: an NNX module's parameters and statistics, a bound
-    Linen module's variables, an Equinox module's array leaves."""
+    Linen module's variables, an Equinox module's array leaves, a plain model's
+    parameter dict."""
     import jax
 
+    if isinstance(getattr(module, "params", None), dict):
+        return list(module.params.values())
     if type(module).__module__.startswith("equinox"):
         leaves = jax.tree_util.tree_leaves(module)
     elif hasattr(module, "variables") and hasattr(module, "unbind"):
@@ -394,12 +426,12 @@ def _row(r: dict[str, Any]) -> list[str]:
     return [
         r["model"],
         f"{r['params'] / 1e6:.1f}M",
-        f"{r['first_s']:.2f}",
-        f"{r['second_s']:.2f}",
+        f"{r['first_s']:.2f} ({r['first_s'] / r['floor_s']:.1f}x)",
         f"{r['floor_s']:.2f}",
-        f"{r['second_s'] / r['floor_s']:.2f}x",
+        f"{r['second_s']:.2f} ({r['second_s'] / r['floor_s']:.2f}x)",
         "n/a" if peak is None else f"{peak / mib:.0f} MiB ({peak / r['param_bytes']:.2f}x)",
         str(r["nodes"]),
+        str(r["ops"].get("Transpose", 0)),
         str(r["duplicated_const_bytes"]),
         r["checker"],
         _latency(r, 1),
@@ -416,12 +448,12 @@ def _latency(r: dict[str, Any], batch: int) -> str:
 HEADER = [
     "model",
     "params",
-    "first s",
-    "second s",
+    "first s (/floor)",
     "floor s",
-    "second/floor",
+    "second s (/floor)",
     "peak RSS +",
     "nodes",
+    "Transposes",
     "dup const B",
     "checker",
     "ORT/JAX b1",
@@ -506,7 +538,7 @@ def arguments() -> argparse.ArgumentParser:
 def selected(models: str) -> list[str]:
     """The runs ``--models`` asks for (``linen``/``equinox`` expand to models and baselines)."""
     names = models.split(",")
-    known = {*MODELS, *LINEN, *EQUINOX, *LARGE, "linen", "equinox"}
+    known = {*MODELS, *LINEN, *EQUINOX, *LARGE, *NHWC, "linen", "equinox", "nhwc"}
     unknown = [n for n in names if n.removesuffix("@lax") not in known]
     if unknown:
         raise SystemExit(f"unknown --models {unknown}; choose from {sorted(known)}")
@@ -519,6 +551,9 @@ def selected(models: str) -> list[str]:
     if "equinox" in names:
         at = names.index("equinox")
         names[at : at + 1] = [n for m in EQUINOX for n in (m, f"{m}@lax")]
+    if "nhwc" in names:
+        at = names.index("nhwc")
+        names[at : at + 1] = list(NHWC)
     return names
 
 

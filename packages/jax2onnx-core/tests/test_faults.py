@@ -53,7 +53,7 @@ def _permission_denied(*_args, **_kwargs):
         ("lower", lowering, "lower", _boom),
         ("passes", passes, "optimize", _boom),
         ("serialize", serialize, "write_streaming", _disk_full),
-        ("serialize", os, "replace", _permission_denied),
+        ("serialize", serialize, "_exchange", _permission_denied),
     ],
 )
 def test_a_fault_in_a_step_names_it_and_leaves_no_partial_file(

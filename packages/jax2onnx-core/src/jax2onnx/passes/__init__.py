@@ -3,8 +3,9 @@
 Unused nodes go, equal subexpressions merge, unused functions and opset
 imports go; onnx_ir has these. Ours: :class:`EliminateIdentitiesPass`
 (onnx_ir's identity elimination can list one value twice among a graph's
-outputs); :class:`FoldTransposesPass` merges chains of Transpose nodes, which
-the NCHW adaptors and layout-changing lowerings create next to each other;
+outputs); :class:`FoldTransposesPass` moves the Transposes that
+channels-last convolutions, pooling and the NCHW adaptors create through the
+layout-agnostic ops between them until they meet and cancel;
 :class:`FoldReshapesPass` collapses Reshape chains and drops Reshapes that
 keep the shape; :class:`FoldConstantsPass` computes, once at conversion time,
 the nodes whose inputs are all initializers (a bias reshaped for
