@@ -34,6 +34,29 @@ def test_import_jax2onnx_loads_plugins_without_heavy_modules():
     assert _imported_after(code) == []
 
 
+def test_loading_the_installed_plugins_builds_no_case_and_compiles_nothing():
+    code = (
+        "import jax\n"
+        "compiled = []\n"
+        "listen = jax.monitoring.register_event_duration_secs_listener\n"
+        "listen(lambda event, *_, **__: compiled.append(event) if 'compile' in event else None)\n"
+        "from jax2onnx import cases\n"
+        "built = []\n"
+        "original = cases.Case.__post_init__\n"
+        "cases.Case.__post_init__ = lambda case: (built.append(case.name), original(case))[1]\n"
+        "import jax2onnx\n"
+        "plugin_set = jax2onnx.plugins()\n"
+        "assert plugin_set.failures == (), plugin_set.failures\n"
+        "assert built == [], f'{len(built)} cases built while loading: {built[:5]}'\n"
+        "assert compiled == [], compiled  # no JAX computation while a plugin loads\n"
+        "ours = {'core', 'lax', 'nn', 'flax', 'equinox'}\n"
+        "counts = {r.name: len(r.cases) for r in plugin_set.rules()}  # what the testkit reads\n"
+        "assert all(counts[name] > 0 for name in ours), counts\n"
+        "assert len(built) >= sum(counts.values()), (len(built), counts)  # built on reading\n"
+    )
+    assert _imported_after(code) == []  # building the cases imports no Flax or Equinox either
+
+
 def test_cli_works_without_onnxruntime(tmp_path):
     model_file = tmp_path / "tiny_model.py"
     model_file.write_text("import jax.numpy as jnp\n\ndef fn(x):\n    return jnp.tanh(x) * 2.0\n")

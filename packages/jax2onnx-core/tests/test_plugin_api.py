@@ -13,11 +13,13 @@ from jax.interpreters import mlir
 
 import jax2onnx
 from jax2onnx.plugin import (
+    CaseError,
     Family,
     LoweringError,
     Rules,
     UnsupportedPrimitiveError,
     UsageError,
+    case,
     has_kernel,
     kernel_dtype,
     kernel_dtypes,
@@ -65,6 +67,52 @@ def test_a_family_replays_its_declarations_onto_each_new_rules():
         assert rules.interceptions[0].target == "jax.numpy.tanh"
     with pytest.raises(ValueError, match="family of plugin 'fam'"):
         family.register(Rules("other"))
+
+
+def test_case_functions_run_only_when_the_cases_are_read():
+    calls = []
+
+    def tanh_cases():
+        calls.append("tanh")
+        return [case("tanh", jnp.tanh, [(3,)])]
+
+    family = Family("lazy")
+
+    @family.lowering("tanh", cases=tanh_cases)
+    def tanh(ctx, x, **_):
+        return ctx.op.Tanh(x)
+
+    family.add_cases("model", lambda: [case("model", jnp.sin, [(2,)])])
+    rules = Rules("lazy")
+    family.register(rules)
+    rules.freeze()
+    assert calls == []  # declared, replayed, frozen: nothing built
+    assert [(component, c.name) for component, c in rules.cases] == [
+        ("tanh", "tanh"),
+        ("model", "model"),
+    ]
+    assert rules.cases is rules.cases and calls == ["tanh"]  # built once
+
+
+def test_cases_given_as_objects_and_cases_added_after_a_read():
+    rules = Rules("open")
+    rules.add_cases("a", lambda: [case("a", jnp.sin, [(2,)])])
+    assert [c.name for _, c in rules.cases] == ["a"]
+    rules.add_cases("b", [case("b", jnp.cos, [(2,)])])
+    assert [c.name for _, c in rules.cases] == ["a", "b"]
+
+
+def test_a_case_function_returning_something_else_is_named():
+    rules = Rules("wrong")
+    rules.add_cases("component", lambda: [("not", "a case")])
+    message = (
+        r"plugin 'wrong': the cases of 'component' \(declared at .*test_plugin_api:\d+\) must "
+        r"all be case\(\.\.\.\) objects, got tuple"
+    )
+    with pytest.raises(CaseError, match=message):
+        rules.cases  # noqa: B018 - reading the property builds the cases
+    with pytest.raises(TypeError, match="a list of case"):
+        rules.add_cases("component", case("one", jnp.sin, [(2,)]))
 
 
 def test_frozen_rules_refuse_changes_with_a_clear_message():

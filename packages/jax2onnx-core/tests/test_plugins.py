@@ -19,7 +19,7 @@ import jax2onnx
 from jax2onnx import converter, hookspecs
 from jax2onnx.errors import PluginConflictError, PluginLoadError
 from jax2onnx.loading import CORE_PLUGIN, PluginSet
-from jax2onnx.plugin import Rules
+from jax2onnx.plugin import CaseError, Rules
 from jax2onnx.registry import Registry
 
 FIXTURES = pathlib.Path(__file__).parent / "fixtures" / "plugins"
@@ -118,6 +118,33 @@ def test_rules_hook_returning_a_non_rules_is_a_recorded_failure(fixture_plugins)
     assert "TypeError" in failure.error and "dict" in failure.error
     with pytest.raises(PluginLoadError, match="not_rules"):
         load(entry_points, JAX2ONNX_STRICT_PLUGINS="1")
+
+
+def test_loading_a_plugin_builds_none_of_its_cases(fixture_plugins):
+    import j2o_fixture_lazy_cases as fixture
+
+    fixture.calls.clear()
+    plugin_set = load([ep("lazy_cases", "j2o_fixture_lazy_cases")], JAX2ONNX_STRICT_PLUGINS="1")
+    result = converter.convert(
+        fixture.thrice_p.bind,
+        [("B", 3)],
+        converter.Options(),
+        plugin_set=plugin_set,
+        registry=plugin_set.registry(),
+    )
+    assert [n.op_type for n in result.model.graph] == ["Mul"]
+    assert fixture.calls == []  # loaded, merged and converted: no case function ran
+
+    (rules,) = [p.rules for p in plugin_set.plugins if p.name == "lazy_cases"]
+    bad_case = (
+        r"plugin 'lazy_cases': the cases of 'bad_component' \(declared at "
+        r"j2o_fixture_lazy_cases:\d+\) could not be built: ValueError: case name '' must be "
+        r"non-empty.* \(at .*j2o_fixture_lazy_cases\.py:\d+\)"
+    )
+    with pytest.raises(CaseError, match=bad_case) as info:
+        rules.cases  # noqa: B018 - reading the property builds the cases
+    assert isinstance(info.value.__cause__, ValueError)
+    assert fixture.calls == ["thrice", "bad"]
 
 
 # -- environment switches ------------------------------------------------------------------

@@ -119,7 +119,7 @@ def test_tied_embedding_is_one_initializer():
 
 
 def test_models_import_without_flax():
-    """The plugin imports the model cases at load time: they must not import Flax."""
+    """Building the cases (the testkit, ``jax2onnx plugins``) imports them: not Flax."""
     code = (
         "import sys, jax2onnx_flax.model_cases as m; "
         "assert m.models.ViTConfig.base16().tokens == 197; "

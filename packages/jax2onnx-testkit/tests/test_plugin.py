@@ -79,6 +79,36 @@ def test_ids_of_variants(pytester):
     ]
 
 
+def test_cases_declared_as_a_function_are_collected(pytester):
+    source = DEMO.replace(
+        'rules.add_cases("demo_component", [case(',
+        'rules.add_cases("demo_component", lambda: [case(',
+    )
+    assert "lambda: [case(" in source
+    source += 'rules.add_cases("other", lambda: [case("sin", jnp.sin, [(3,)])])\n'
+    result = _run(pytester, source, "-v")
+    result.assert_outcomes(passed=5)
+    assert [i.split()[0] for i in _ids(result)] == [
+        "test_case[demo/demo_component/tanh[f32-static]]",
+        "test_case[demo/demo_component/tanh[f64-static]]",
+        "test_case[demo/demo_component/tanh[f32-dynamic]]",
+        "test_case[demo/other/sin[f32-static]]",
+        "test_case[demo/other/sin[f64-static]]",
+    ]
+
+
+def test_a_case_that_cannot_be_built_is_a_usage_error_naming_where(pytester):
+    source = DEMO + 'rules.add_cases("broken", lambda: [case("", jnp.sin, [(3,)])])\n'
+    result = _run(pytester, source)
+    result.stdout.fnmatch_lines(
+        [
+            "*plugin 'demo': the cases of 'broken' (declared at test_demo:*) could not be built: "
+            "ValueError: case name '' must be non-empty* (at *test_demo.py:*)*"
+        ]
+    )
+    assert result.ret != 0
+
+
 def test_correct_lowering_passes(pytester):
     result = _run(pytester, DEMO)
     result.assert_outcomes(passed=3)

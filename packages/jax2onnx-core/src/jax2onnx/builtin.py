@@ -16,9 +16,10 @@ import numpy as np
 from jax.custom_batching import custom_vmap
 
 from jax2onnx.cases import case
+from jax2onnx.family import Family
 from jax2onnx.functions import onnx_function
 from jax2onnx.hookspecs import hookimpl
-from jax2onnx.rules import Family, Rules
+from jax2onnx.rules import Rules
 
 family = Family("core")
 
@@ -48,7 +49,9 @@ def _closed_call(fn, *args):
 @family.lowering(
     "jit",
     "pjit",
-    cases=[case("nested_jit", lambda x: jax.jit(lambda y: jnp.tanh(y) * 2.0)(x), [("B", 4)])],
+    cases=lambda: [
+        case("nested_jit", lambda x: jax.jit(lambda y: jnp.tanh(y) * 2.0)(x), [("B", 4)])
+    ],
     values="any",
 )
 def jit(ctx, *args, jaxpr, **_):
@@ -59,7 +62,9 @@ def jit(ctx, *args, jaxpr, **_):
 @family.lowering(
     "closed_call",
     "core_call",
-    cases=[case("closed_call", lambda x: _closed_call(lambda y: jnp.tanh(y) + 1.0, x), [("B", 3)])],
+    cases=lambda: [
+        case("closed_call", lambda x: _closed_call(lambda y: jnp.tanh(y) + 1.0, x), [("B", 3)])
+    ],
     values="any",
 )
 def closed_call(ctx, *args, call_jaxpr, **_):
@@ -70,7 +75,7 @@ def closed_call(ctx, *args, call_jaxpr, **_):
 @family.lowering(
     "remat2",
     "checkpoint",
-    cases=[case("checkpoint", lambda x: jax.checkpoint(lambda y: y * y)(x), [(2, 3)])],
+    cases=lambda: [case("checkpoint", lambda x: jax.checkpoint(lambda y: y * y)(x), [(2, 3)])],
     values="any",
 )
 def remat(ctx, *args, jaxpr, **_):
@@ -80,7 +85,7 @@ def remat(ctx, *args, jaxpr, **_):
 
 @family.lowering(
     "custom_jvp_call",
-    cases=[
+    cases=lambda: [
         case("custom_jvp", _softplus, [("B", 3)]),
         case("custom_jvp_grad", jax.grad(lambda x: _softplus(x).sum()), [(4,)]),
     ],
@@ -93,7 +98,7 @@ def custom_jvp_call(ctx, *args, call_jaxpr, **_):
 
 @family.lowering(
     "custom_vjp_call",
-    cases=[
+    cases=lambda: [
         case("custom_vjp", _doubled, [(5,)]),
         case("custom_vjp_grad", jax.grad(lambda x: (_doubled(x) * x).sum()), [(5,)]),
     ],
@@ -114,7 +119,7 @@ def _single_device_shard_map():
 
 @family.lowering(
     "shard_map",
-    cases=[case("single_device", _single_device_shard_map, [("B", 3)], factory=True)],
+    cases=lambda: [case("single_device", _single_device_shard_map, [("B", 3)], factory=True)],
     values="any",
 )
 def shard_map(ctx, *args, jaxpr, mesh, **_):
@@ -153,7 +158,9 @@ def _composite_gelu(x):
 
 @family.lowering(
     "composite",
-    cases=[case("composite", _composite_gelu, [("B", 3)], expect=["Tanh:Bx3 -> Add -> Mul:Bx3"])],
+    cases=lambda: [
+        case("composite", _composite_gelu, [("B", 3)], expect=["Tanh:Bx3 -> Add -> Mul:Bx3"])
+    ],
     values="any",
 )
 def composite(ctx, *args, jaxpr, **_):
@@ -163,7 +170,7 @@ def composite(ctx, *args, jaxpr, **_):
 
 @family.lowering(
     "custom_vmap_call",
-    cases=[case("custom_vmap", _vmapped_sin, [("B", 3)], expect=["Sin:Bx3"])],
+    cases=lambda: [case("custom_vmap", _vmapped_sin, [("B", 3)], expect=["Sin:Bx3"])],
     values="any",
 )
 def custom_vmap_call(ctx, *args, call, **_):
@@ -173,7 +180,7 @@ def custom_vmap_call(ctx, *args, call, **_):
 
 @family.lowering(
     "remat_opt",
-    cases=[
+    cases=lambda: [
         case(
             "custom_vjp_optimize_remat_grad",
             jax.grad(lambda x: (_remat_sin(x) * x).sum()),
@@ -210,7 +217,7 @@ _ONLY_MUL = {"Mul": 1, "Identity": 0, "Reshape": 0}
 @family.lowering(
     "debug_print",
     "debug_callback",
-    cases=[
+    cases=lambda: [
         case("debug_print", _printing, [("B", 3)], expect=["Mul:Bx3"], counts=_ONLY_MUL),
         case(
             "debug_print_ordered_jit",
@@ -269,7 +276,7 @@ def _checkpoint_named(x):
     "reshard",
     "layout_constraint",
     "name",
-    cases=[case("sharding_constraint", _named, [("B", 3)], factory=True, counts=_ONLY_MUL)],
+    cases=lambda: [case("sharding_constraint", _named, [("B", 3)], factory=True, counts=_ONLY_MUL)],
     values="any",
 )
 def passthrough(ctx, *args, **_):
@@ -281,12 +288,14 @@ def passthrough(ctx, *args, **_):
     return list(args)
 
 
-family.add_cases("reshard", [case("reshard", _resharded, [("B", 3)], factory=True)])
+family.add_cases("reshard", lambda: [case("reshard", _resharded, [("B", 3)], factory=True)])
 family.add_cases(
     "layout_constraint",
-    [case("layout_constraint", jax.jit(_layout_constrained), [("B", 3)], counts=_ONLY_MUL)],
+    lambda: [case("layout_constraint", jax.jit(_layout_constrained), [("B", 3)], counts=_ONLY_MUL)],
 )
-family.add_cases("name", [case("checkpoint_name", _checkpoint_named, [("B", 3)], counts=_ONLY_MUL)])
+family.add_cases(
+    "name", lambda: [case("checkpoint_name", _checkpoint_named, [("B", 3)], counts=_ONLY_MUL)]
+)
 
 
 def _cpu_or_default(x):
@@ -299,7 +308,7 @@ def _tpu_or_default(x):
 
 @family.lowering(
     "platform_index",
-    cases=[
+    cases=lambda: [
         case("cpu_branch", _cpu_or_default, [("B", 3)], expect=["Sin"], counts={"If": 0}),
         case(
             "default_branch",
@@ -385,7 +394,7 @@ def _psum_two_axes():
     "pmin",
     "pvary",
     "pbroadcast",
-    cases=[
+    cases=lambda: [
         case("psum", _reduced(jax.lax.psum), [("B", 3)], factory=True, counts=_ONLY_MUL),
         case("psum_two_axes", _psum_two_axes, [("B", 3)], factory=True, counts=_ONLY_MUL),
     ],
@@ -402,7 +411,7 @@ def one_device_reduction(ctx, *args, **params):
 
 family.add_cases(
     "pmax",
-    [
+    lambda: [
         case(
             "pmean_pmax_pmin",
             _mean_and_max,
@@ -420,7 +429,7 @@ family.add_cases(
 )
 family.add_cases(
     "pvary",
-    [case("pvary", _replicated_plus_sharded, [("B", 3), ("B", 3)], factory=True)],
+    lambda: [case("pvary", _replicated_plus_sharded, [("B", 3), ("B", 3)], factory=True)],
 )
 # pbroadcast has no case: JAX cannot run it on CPU (no reference); see tests/test_builtin_effects.py
 
@@ -448,7 +457,7 @@ def _all_to_all():
     "all_gather",
     "reduce_scatter",
     "all_to_all",
-    cases=[
+    cases=lambda: [
         case("all_gather", _gathered(1, False), [("B", 3)], factory=True, expect=["Reshape"]),
         case("all_gather_tiled", _gathered(0, True), [("B", 3)], factory=True, counts=_ONLY_MUL),
     ],
@@ -466,12 +475,12 @@ def one_device_gather(ctx, x, **params):
 
 family.add_cases(
     "reduce_scatter",
-    [
+    lambda: [
         case("psum_scatter", _scattered(False), [("B", 3)], factory=True),
         case("psum_scatter_tiled", _scattered(True), [("B", 3)], factory=True),
     ],
 )
-family.add_cases("all_to_all", [case("all_to_all", _all_to_all, [("B", 3)], factory=True)])
+family.add_cases("all_to_all", lambda: [case("all_to_all", _all_to_all, [("B", 3)], factory=True)])
 
 
 def _permuted(perm):
@@ -480,7 +489,7 @@ def _permuted(perm):
 
 @family.lowering(
     "ppermute",
-    cases=[
+    cases=lambda: [
         case("ppermute_self", _permuted([(0, 0)]), [("B", 3)], factory=True),
         case("ppermute_none", _permuted([]), [("B", 3)], factory=True, expect=["Expand"]),
     ],
@@ -501,7 +510,7 @@ def _indexed(x):
 
 @family.lowering(
     "axis_index",
-    cases=[case("axis_index", lambda: _one_device(_indexed), [("B", 3)], factory=True)],
+    cases=lambda: [case("axis_index", lambda: _one_device(_indexed), [("B", 3)], factory=True)],
 )
 def axis_index(ctx, **_):
     """The device's index along a mesh axis of one device: 0."""
@@ -522,7 +531,7 @@ _W = np.linspace(-1.0, 1.0, 16, dtype=np.float32).reshape(4, 4)
 
 @family.lowering(
     "onnx_function",
-    cases=[
+    cases=lambda: [
         case(
             "shared_function",
             lambda x: _scaled_tanh(_scaled_tanh(x, _W), _W.T),

@@ -3,13 +3,22 @@
 A :class:`Case` is plain, frozen data: the function to convert, its inputs and
 what the exported graph should look like. The testkit turns each case into
 variants (``f32-static``, ``f64-static``, ``f32-dynamic`` ...) and checks them.
+
+A plugin declares its cases as a function that returns them
+(``cases=lambda: [case(...)]``): loading the plugin only records the function,
+and the cases are built when something reads them (``Rules.cases``: the
+testkit, the coverage table), so a conversion never pays for them.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Mapping, Sequence
+import functools
+import traceback
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
+
+from jax2onnx.errors import Jax2OnnxError
 
 DEFAULT_STATIC_SIZE = 3
 DEFAULT_DYNAMIC_SIZES = (2, 5)
@@ -136,7 +145,10 @@ def case(
     """Declare a test case next to the rule it tests.
 
     The arguments are the fields of `Case`, with the same meanings; lists
-    become tuples, a single ``expect`` string a one-pattern tuple.
+    become tuples, a single ``expect`` string a one-pattern tuple. Call it
+    inside the function given as ``cases=`` (``cases=lambda: [case(...)]``):
+    a case is then built only when the testkit reads the plugin's cases,
+    never while a conversion loads the plugin.
 
     Returns:
         The frozen `Case`.
@@ -173,3 +185,94 @@ def case(
         factory=factory,
         input_range=input_range,
     )
+
+
+CaseSource = Iterable[Case] | Callable[[], Iterable[Case]]
+"""What ``cases=`` takes: the `Case` objects, or a function without arguments returning them."""
+
+
+class CaseError(Jax2OnnxError, ValueError):
+    """A plugin's cases could not be built: the message names the plugin and component.
+
+    Raised when the cases are read (``Rules.cases``), for a case function that
+    raises or returns something other than `Case` objects.
+    """
+
+
+@dataclasses.dataclass(frozen=True)
+class DeclaredCases:
+    """The cases one declaration files under one component, built on demand.
+
+    Attributes:
+        component: a primitive's name, or any name (a model, an interception).
+        source: the `Case` objects, or the function that returns them.
+    """
+
+    component: str
+    source: tuple[Case, ...] | Callable[[], Iterable[Case]]
+
+    @classmethod
+    def of(cls, component: str, source: CaseSource) -> DeclaredCases:
+        """Keep a function as it is (it runs in `build`); read an iterable now."""
+        if callable(source):
+            return cls(component, source)
+        if isinstance(source, (str, bytes, Case)):
+            raise TypeError(
+                f"cases of {component!r} must be a list of case(...) or a function returning "
+                f"one, got {type(source).__name__}"
+            )
+        return cls(component, tuple(source))
+
+    @property
+    def where(self) -> str:
+        """Where the case function is defined, ``module:line`` (``""`` for a list)."""
+        fn = _unwrapped(self.source)
+        code = getattr(fn, "__code__", None)
+        if code is None:
+            return ""
+        return f"{getattr(fn, '__module__', '?')}:{code.co_firstlineno}"
+
+    def build(self, plugin: str) -> list[tuple[str, Case]]:
+        """``(component, case)`` pairs, calling the case function if there is one.
+
+        Raises:
+            CaseError: the function raised, or returned something that is not
+                an iterable of `Case` objects; the message names the plugin,
+                the component and the line that failed.
+        """
+        source = self.source
+        if callable(source):
+            try:
+                source = list(source())
+            except Exception as err:
+                raise CaseError(
+                    f"{self._describe(plugin)} could not be built: {type(err).__name__}: {err}"
+                    f"{_failed_at(err, self.source)}"
+                ) from err
+        bad = [c for c in source if not isinstance(c, Case)]
+        if bad:
+            raise CaseError(
+                f"{self._describe(plugin)} must all be case(...) objects, got "
+                f"{type(bad[0]).__name__}: {bad[0]!r:.80}"
+            )
+        return [(self.component, c) for c in source]
+
+    def _describe(self, plugin: str) -> str:
+        where = f" (declared at {self.where})" if self.where else ""
+        return f"plugin {plugin!r}: the cases of {self.component!r}{where}"
+
+
+def _unwrapped(fn: Any) -> Any:
+    """The function a ``functools.partial`` calls (``fn`` itself otherwise)."""
+    while isinstance(fn, functools.partial):
+        fn = fn.func
+    return fn
+
+
+def _failed_at(err: Exception, fn: Any) -> str:
+    """`` (at file:line)``: the last line of ``fn``'s module the error passed through."""
+    code = getattr(_unwrapped(fn), "__code__", None)
+    frames = traceback.extract_tb(err.__traceback__)
+    own = [f for f in frames if code is not None and f.filename == code.co_filename]
+    last = (own or frames[-1:] or [None])[-1]
+    return f" (at {last.filename}:{last.lineno})" if last is not None else ""

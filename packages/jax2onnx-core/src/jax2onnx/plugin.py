@@ -15,7 +15,8 @@ Example:
 
     family = Family("myops")
 
-    @family.lowering(lax.tanh_p, cases=[case("tanh", lax.tanh, [(3,)], expect=["Tanh:3"])])
+    # cases are given as a function: built when the testkit asks, not at load
+    @family.lowering(lax.tanh_p, cases=lambda: [case("tanh", lax.tanh, [(3,)], expect=["Tanh:3"])])
     def tanh(ctx, x, *, accuracy=None):
         return ctx.op.Tanh(x)
 
@@ -29,7 +30,7 @@ Example:
 
 from typing import TYPE_CHECKING
 
-from jax2onnx.cases import Case, case
+from jax2onnx.cases import Case, CaseError, case
 from jax2onnx.dims import is_symbolic
 from jax2onnx.dtypes import onnx_dtype
 from jax2onnx.errors import (
@@ -41,12 +42,13 @@ from jax2onnx.errors import (
     UnsupportedPrimitiveError,
     UsageError,
 )
+from jax2onnx.family import Family
 from jax2onnx.hookspecs import hookimpl
 from jax2onnx.keys import from_parts as complex_array
 from jax2onnx.keys import is_extended as is_key_dtype
 from jax2onnx.keys import physical as stored_type
 from jax2onnx.prepare import PrepareConfig
-from jax2onnx.rules import Family, Interception, Lowering, Prepared, Rules
+from jax2onnx.rules import Interception, Lowering, Prepared, Rules
 
 if TYPE_CHECKING:
     from jax2onnx.caching import at_conversion
@@ -84,6 +86,7 @@ def __getattr__(name: str):
 
 __all__ = [
     "Case",
+    "CaseError",
     "Family",
     "Interception",
     "Jax2OnnxError",

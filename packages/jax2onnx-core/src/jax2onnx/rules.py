@@ -1,13 +1,9 @@
-"""``Rules``: what one plugin contributes, and ``Family``: what one module declares.
+"""``Rules``: what one plugin contributes.
 
 A plugin's ``jax2onnx_rules`` hook builds a fresh :class:`Rules` each time it
 is called: it creates ``Rules("myops")`` and lets each of its family modules
-``register(rules)``. The loader freezes the result, so the rules a plugin set
-lowers with can no longer change. A family module declares its lowerings with
-the decorators of a module-level :class:`Family`; ``family.register(rules)``
-replays those declarations onto the plugin's ``Rules``. A ``Family`` is the
-module's own declaration (written once, while the module imports), never a
-registry that conversions read.
+``register(rules)`` (see :mod:`jax2onnx.family`). The loader freezes the
+result, so the rules a plugin set lowers with can no longer change.
 """
 
 from __future__ import annotations
@@ -18,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from jax2onnx.cases import Case
+from jax2onnx.cases import Case, CaseSource, DeclaredCases
 
 LoweringFn = Callable[..., Any]
 _VALUES = ("real", "complex", "any")
@@ -168,7 +164,6 @@ class Rules:
         lowerings: the `Lowering` of every registered rule.
         interceptions: the `Interception` of every ``intercept`` call.
         macros: the macro primitives made with ``primitive``.
-        cases: ``(component, Case)`` pairs, component a primitive's name.
         tracing_contexts: the factories given to ``tracing_context``.
 
     Raises:
@@ -181,17 +176,32 @@ class Rules:
         self.name = name
         self.libraries = tuple(libraries)
         self.lowerings: list[Lowering] = []
+        self._slots: dict[tuple[str, int, str], Lowering] = {}
         self.interceptions: list[Interception] = []
         self.macros: list[MacroInfo] = []
-        self.cases: list[tuple[str, Case]] = []
         self.tracing_contexts: list[Callable[[], Any]] = []
+        self._declared_cases: list[DeclaredCases] = []
+        self._cases: tuple[tuple[str, Case], ...] | None = None
         self._frozen = False
 
     def __repr__(self) -> str:
-        return (
-            f"Rules({self.name!r}, lowerings={len(self.lowerings)}, "
-            f"macros={len(self.macros)}, cases={len(self.cases)})"
-        )
+        return f"Rules({self.name!r}, lowerings={len(self.lowerings)}, macros={len(self.macros)})"
+
+    @property
+    def cases(self) -> tuple[tuple[str, Case], ...]:
+        """``(component, Case)`` pairs, component a primitive's name, in declaration order.
+
+        The case functions run on the first read, not when the plugin loads:
+        conversions never build cases; the testkit and the coverage table read
+        them.
+
+        Raises:
+            CaseError: a case function failed, or returned something other
+                than `Case` objects (the message names the plugin and component).
+        """
+        if self._cases is None:
+            self._cases = tuple(pair for d in self._declared_cases for pair in d.build(self.name))
+        return self._cases
 
     @property
     def frozen(self) -> bool:
@@ -204,7 +214,7 @@ class Rules:
             self.lowerings = tuple(self.lowerings)  # type: ignore[assignment]
             self.interceptions = tuple(self.interceptions)  # type: ignore[assignment]
             self.macros = tuple(self.macros)  # type: ignore[assignment]
-            self.cases = tuple(self.cases)  # type: ignore[assignment]
+            self._declared_cases = tuple(self._declared_cases)  # type: ignore[assignment]
             self.tracing_contexts = tuple(self.tracing_contexts)  # type: ignore[assignment]
             self._frozen = True
         return self
@@ -222,7 +232,7 @@ class Rules:
         *primitives: Any,
         min_opset: int = 1,
         override: bool = False,
-        cases: Iterable[Case] = (),
+        cases: CaseSource = (),
         native_dtypes: Iterable[Any] | None = None,
         fallback: Callable[..., Any] | None = None,
         values: str = "real",
@@ -244,7 +254,9 @@ class Rules:
             override: replace another plugin's lowering of the same
                 primitive; without it, two plugins lowering one primitive is
                 a `PluginConflictError` naming both.
-            cases: test cases (`case`), filed under the first primitive.
+            cases: test cases, filed under the first primitive: a function
+                without arguments returning the `case` objects (built only
+                when the cases are read, see `Rules.cases`), or the objects.
             native_dtypes: the rule runs only when every input has one of
                 these dtypes (what its ONNX op has kernels for, e.g.
                 ``kernel_dtypes("Gelu")``); other inputs inline the fallback.
@@ -275,7 +287,7 @@ class Rules:
         if values not in _VALUES:
             raise ValueError(f"values must be one of {_VALUES}, got {values!r}")
         names = [primitive_name(p) for p in primitives]
-        cases = tuple(cases)
+        declared = DeclaredCases.of(names[0], cases)
         natives = _dtype_set(native_dtypes)
 
         def register(fn: LoweringFn) -> LoweringFn:
@@ -284,25 +296,22 @@ class Rules:
                     name, fn, self.name, min_opset, override, natives, fallback, values
                 )
                 self._add_lowering(lowering)
-            self._check_open("cases")
-            for c in cases:
-                self.cases.append((names[0], c))
+            self._add_cases(declared)
             return fn
 
         return register
 
     def _add_lowering(self, lowering: Lowering) -> None:
         self._check_open(f"a lowering of {lowering.primitive!r}")
-        for existing in self.lowerings:
-            if (
-                existing.primitive == lowering.primitive
-                and existing.min_opset == lowering.min_opset
-                and set(existing.tables) & set(lowering.tables)
-            ):
-                raise ValueError(
-                    f"plugin {self.name!r} lowers {lowering.primitive!r} twice at min_opset "
-                    f"{lowering.min_opset}: {existing.where} and {lowering.where}"
-                )
+        # slots by (primitive, min_opset, table): a plugin has hundreds of rules
+        slots = [(lowering.primitive, lowering.min_opset, table) for table in lowering.tables]
+        existing = next((self._slots[s] for s in slots if s in self._slots), None)
+        if existing is not None:
+            raise ValueError(
+                f"plugin {self.name!r} lowers {lowering.primitive!r} twice at min_opset "
+                f"{lowering.min_opset}: {existing.where} and {lowering.where}"
+            )
+        self._slots.update(dict.fromkeys(slots, lowering))
         self.lowerings.append(lowering)
 
     def elementwise(
@@ -326,7 +335,7 @@ class Rules:
                 )
             )
 
-    def add_cases(self, component: Any, cases: Iterable[Case]) -> None:
+    def add_cases(self, component: Any, cases: CaseSource) -> None:
         """Attach cases to a component (a primitive or any name).
 
         For cases that do not belong to one ``lowering`` call: a macro
@@ -334,12 +343,18 @@ class Rules:
 
         Args:
             component: a primitive (filed under its name) or any name.
-            cases: the `Case` objects.
+            cases: a function without arguments returning the `Case` objects
+                (called only when the cases are read, see `Rules.cases`), or
+                the objects themselves.
         """
-        self._check_open("cases")
         name = component if isinstance(component, str) else primitive_name(component)
-        for c in cases:
-            self.cases.append((name, c))
+        self._add_cases(DeclaredCases.of(name, cases))
+
+    def _add_cases(self, declared: DeclaredCases) -> None:
+        self._check_open("cases")
+        if declared.source != ():  # a lowering without cases
+            self._declared_cases.append(declared)
+            self._cases = None
 
     def primitive(
         self,
@@ -473,90 +488,6 @@ def _one_op(op_type: str) -> LoweringFn:
     lower.__name__ = lower.__qualname__ = f"elementwise_{op_type}"
     lower.__doc__ = f"One {op_type} node."
     return lower
-
-
-class Family:
-    """The rules one family module declares, replayed onto a plugin's ``Rules``.
-
-    The methods take the arguments of `Rules`' methods of the same names and
-    only record the declaration. Macro primitives are made once, when the
-    module imports (like JAX's own primitives); every ``register(rules)``
-    adds the same declarations to a new ``Rules``.
-
-    Args:
-        plugin: the name of the plugin whose ``Rules`` this family registers
-            on.
-
-    Example:
-        ```python
-        from jax import lax
-        from jax2onnx.plugin import Family, case
-
-        family = Family("myops")
-
-        @family.lowering(lax.tanh_p, cases=[case("tanh", lax.tanh, [(3,)])])
-        def tanh(ctx, x, *, accuracy=None):
-            return ctx.op.Tanh(x)
-
-        register = family.register  # the plugin's hook calls register(rules)
-        ```
-    """
-
-    def __init__(self, plugin: str) -> None:
-        self.plugin = plugin
-        self._declarations: list[Callable[[Rules], None]] = []
-
-    def __repr__(self) -> str:
-        return f"Family({self.plugin!r}, declarations={len(self._declarations)})"
-
-    def lowering(self, *primitives: Any, **options: Any) -> Callable[[LoweringFn], LoweringFn]:
-        """Record a [`Rules.lowering`][jax2onnx.rules.Rules.lowering] call."""
-        for key in ("cases", "native_dtypes"):  # iterables are read once, here
-            if options.get(key) is not None:
-                options[key] = tuple(options[key])
-
-        def declare(fn: LoweringFn) -> LoweringFn:
-            self._declarations.append(lambda rules: rules.lowering(*primitives, **options)(fn))
-            return fn
-
-        return declare
-
-    def elementwise(self, ops: Mapping[Any, str], **options: Any) -> None:
-        """Record a [`Rules.elementwise`][jax2onnx.rules.Rules.elementwise] call."""
-        ops = dict(ops)
-        self._declarations.append(lambda rules: rules.elementwise(ops, **options))
-
-    def add_cases(self, component: Any, cases: Iterable[Case]) -> None:
-        """Record a [`Rules.add_cases`][jax2onnx.rules.Rules.add_cases] call."""
-        cases = tuple(cases)
-        self._declarations.append(lambda rules: rules.add_cases(component, cases))
-
-    def intercept(self, target: str, primitive: Any, **options: Any) -> None:
-        """Record a [`Rules.intercept`][jax2onnx.rules.Rules.intercept] call."""
-        self._declarations.append(lambda rules: rules.intercept(target, primitive, **options))
-
-    def tracing_context(self, factory: Callable[[], Any]) -> None:
-        """Record a [`Rules.tracing_context`][jax2onnx.rules.Rules.tracing_context] call."""
-        self._declarations.append(lambda rules: rules.tracing_context(factory))
-
-    def primitive(self, name: str, **options: Any) -> Any:
-        """As [`Rules.primitive`][jax2onnx.rules.Rules.primitive]: ``<plugin>.<name>``, made now."""
-        info = make_macro(f"{self.plugin}.{name}", **options)
-        self._declarations.append(lambda rules: rules._add_macro(info))
-        return info.primitive
-
-    def register(self, rules: Rules) -> None:
-        """Add every declaration of this family to ``rules``.
-
-        Raises:
-            ValueError: ``rules`` belongs to another plugin.
-        """
-        if rules.name != self.plugin:
-            raise ValueError(
-                f"a family of plugin {self.plugin!r} cannot register on Rules({rules.name!r})"
-            )
-        for declare in self._declarations:
-            declare(rules)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -102,122 +102,137 @@ _GN = "GroupNormalization"
 _BN = "BatchNormalization"
 _GRAD = lambda m: grad_of_squares(vmapped(m))  # noqa: E731
 
-LAYER_NORM = [
-    (
-        "eqx_layer_norm",
-        module("LayerNorm", 6),
-        [("B", 6)],
-        {"expect": [f"{_LN}:Bx6"], "counts": {"ReduceMean": 0}},
-    ),
-    (
-        "eqx_layer_norm_shape",
-        module("LayerNorm", (3, 4)),
-        [("B", 3, 4)],
-        {"expect": [f"{_LN}:Bx3x4"]},
-    ),
-    (
-        "eqx_layer_norm_plain",
-        module("LayerNorm", 5, eps=1e-3, use_weight=False, use_bias=False, wrap=None),
-        [(5,)],
-        {"expect": [f"{_LN}:5"]},
-    ),
-    (
-        "eqx_layer_norm_nested_vmap",
-        module("LayerNorm", 4, wrap=nested),
-        [("B", 3, 4)],
-        {"expect": [f"{_LN}:Bx3x4"], "counts": {"Reshape": 0}},
-    ),
-    (
-        "eqx_layer_norm_opset16",
-        module("LayerNorm", 6),
-        [("B", 6)],
-        {"opset": 16, "counts": {_LN: 0}},
-    ),
-    ("eqx_layer_norm_grad", module("LayerNorm", 6, wrap=_GRAD), [("B", 6)], {}),
-]
 
-RMS_NORM = [
-    ("eqx_rms_norm", module("RMSNorm", 6), [("B", 6)], {"expect": [f"{_RMS} -> Add:Bx6"]}),
-    (
-        "eqx_rms_norm_plain",
-        module("RMSNorm", (3, 4), use_weight=False, use_bias=False),
-        [("B", 3, 4)],
-        {"expect": [f"{_RMS}:Bx3x4"], "counts": {"Add": 0}},
-    ),
-    ("eqx_rms_norm_opset21", module("RMSNorm", 6), [("B", 6)], {"opset": 21, "counts": {_RMS: 0}}),
-    ("eqx_rms_norm_grad", module("RMSNorm", 6, wrap=_GRAD), [("B", 6)], {}),
-]
+def layer_norm():
+    return [
+        (
+            "eqx_layer_norm",
+            module("LayerNorm", 6),
+            [("B", 6)],
+            {"expect": [f"{_LN}:Bx6"], "counts": {"ReduceMean": 0}},
+        ),
+        (
+            "eqx_layer_norm_shape",
+            module("LayerNorm", (3, 4)),
+            [("B", 3, 4)],
+            {"expect": [f"{_LN}:Bx3x4"]},
+        ),
+        (
+            "eqx_layer_norm_plain",
+            module("LayerNorm", 5, eps=1e-3, use_weight=False, use_bias=False, wrap=None),
+            [(5,)],
+            {"expect": [f"{_LN}:5"]},
+        ),
+        (
+            "eqx_layer_norm_nested_vmap",
+            module("LayerNorm", 4, wrap=nested),
+            [("B", 3, 4)],
+            {"expect": [f"{_LN}:Bx3x4"], "counts": {"Reshape": 0}},
+        ),
+        (
+            "eqx_layer_norm_opset16",
+            module("LayerNorm", 6),
+            [("B", 6)],
+            {"opset": 16, "counts": {_LN: 0}},
+        ),
+        ("eqx_layer_norm_grad", module("LayerNorm", 6, wrap=_GRAD), [("B", 6)], {}),
+    ]
 
-GROUP_NORM = [
-    (
-        "eqx_group_norm",
-        module("GroupNorm", 3, 6),
-        [("B", 6, 4, 4)],
-        {"expect": [f"{_GN}:Bx6x4x4"], "counts": {"Reshape": 0, "Transpose": 0}},
-    ),
-    (
-        "eqx_group_norm_plain",
-        module("GroupNorm", 2, channelwise_affine=False, wrap=None),
-        [(4, 5)],
-        {"expect": [f"Unsqueeze -> {_GN} -> Squeeze:4x5"]},
-    ),
-    (
-        "eqx_group_norm_nested_vmap",
-        module("GroupNorm", 2, 4, wrap=nested),
-        [("B", 2, 4, 5)],
-        {"expect": [f"Reshape -> {_GN} -> Reshape:Bx2x4x5"]},
-    ),
-    (
-        "eqx_group_norm_opset18",
-        module("GroupNorm", 3, 6),
-        [("B", 6, 4)],
-        {"opset": 18, "counts": {_GN: 0}},
-    ),
-    ("eqx_group_norm_grad", module("GroupNorm", 3, 6, wrap=_GRAD), [("B", 6, 4)], {}),
-]
 
-BATCH_NORM = [
-    (
-        "eqx_batch_norm_vmap",
-        batch_norm_vmapped(3, inference=True),
-        [("B", 3, 4, 4)],
-        {"expect": [f"{_BN}:Bx3x4x4"], "counts": {"Reshape": 0, "Unsqueeze": 0}},
-    ),
-    (
-        "eqx_batch_norm_train_mode_state",
-        batch_norm_pair(3),
-        [(3, 4, 4)],
-        {"expect": [f"Unsqueeze -> {_BN} -> Squeeze:3x4x4"]},
-    ),
-    (
-        "eqx_batch_norm_batch_mode",
-        batch_norm_vmapped(5, mode="batch", affine=False),
-        [("B", 5)],
-        {"expect": [f"{_BN}:Bx5"], "counts": {"Div": 0, "Pow": 0}},
-    ),
-    ("eqx_batch_norm_grad", batch_norm_vmapped(3, grad=True), [("B", 3, 4)], {}),
-]
+def rms_norm():
+    return [
+        ("eqx_rms_norm", module("RMSNorm", 6), [("B", 6)], {"expect": [f"{_RMS} -> Add:Bx6"]}),
+        (
+            "eqx_rms_norm_plain",
+            module("RMSNorm", (3, 4), use_weight=False, use_bias=False),
+            [("B", 3, 4)],
+            {"expect": [f"{_RMS}:Bx3x4"], "counts": {"Add": 0}},
+        ),
+        (
+            "eqx_rms_norm_opset21",
+            module("RMSNorm", 6),
+            [("B", 6)],
+            {"opset": 21, "counts": {_RMS: 0}},
+        ),
+        ("eqx_rms_norm_grad", module("RMSNorm", 6, wrap=_GRAD), [("B", 6)], {}),
+    ]
 
-WEIGHT_NORMS = [
-    (
-        "eqx_spectral_norm_linear",
-        spectral_norm(linear),
-        [("B", 4)],
-        {"expect": ["Gemm:Bx5"], "counts": {"Div": 0, "Einsum": 0, "MatMul": 0}},
-    ),
-    (
-        "eqx_spectral_norm_conv",
-        spectral_norm(conv),
-        [("B", 2, 6, 6)],
-        # Equinox's Conv needs the input in the weight's dtype (float32 here)
-        {"expect": ["Conv:Bx4x4x4"], "counts": {"Div": 0}, "variants": ["f32"]},
-    ),
-    ("eqx_spectral_norm_grad", spectral_norm(linear, grad=True), [("B", 4)], {}),
-    (
-        "eqx_weight_norm_linear",
-        weight_norm(linear),
-        [("B", 4)],
-        {"expect": ["Gemm:Bx5"], "counts": {"Div": 0, "Sqrt": 0, "MatMul": 0}},
-    ),
-    ("eqx_weight_norm_grad", weight_norm(linear, wrap=_GRAD), [("B", 4)], {}),
-]
+
+def group_norm():
+    return [
+        (
+            "eqx_group_norm",
+            module("GroupNorm", 3, 6),
+            [("B", 6, 4, 4)],
+            {"expect": [f"{_GN}:Bx6x4x4"], "counts": {"Reshape": 0, "Transpose": 0}},
+        ),
+        (
+            "eqx_group_norm_plain",
+            module("GroupNorm", 2, channelwise_affine=False, wrap=None),
+            [(4, 5)],
+            {"expect": [f"Unsqueeze -> {_GN} -> Squeeze:4x5"]},
+        ),
+        (
+            "eqx_group_norm_nested_vmap",
+            module("GroupNorm", 2, 4, wrap=nested),
+            [("B", 2, 4, 5)],
+            {"expect": [f"Reshape -> {_GN} -> Reshape:Bx2x4x5"]},
+        ),
+        (
+            "eqx_group_norm_opset18",
+            module("GroupNorm", 3, 6),
+            [("B", 6, 4)],
+            {"opset": 18, "counts": {_GN: 0}},
+        ),
+        ("eqx_group_norm_grad", module("GroupNorm", 3, 6, wrap=_GRAD), [("B", 6, 4)], {}),
+    ]
+
+
+def batch_norm():
+    return [
+        (
+            "eqx_batch_norm_vmap",
+            batch_norm_vmapped(3, inference=True),
+            [("B", 3, 4, 4)],
+            {"expect": [f"{_BN}:Bx3x4x4"], "counts": {"Reshape": 0, "Unsqueeze": 0}},
+        ),
+        (
+            "eqx_batch_norm_train_mode_state",
+            batch_norm_pair(3),
+            [(3, 4, 4)],
+            {"expect": [f"Unsqueeze -> {_BN} -> Squeeze:3x4x4"]},
+        ),
+        (
+            "eqx_batch_norm_batch_mode",
+            batch_norm_vmapped(5, mode="batch", affine=False),
+            [("B", 5)],
+            {"expect": [f"{_BN}:Bx5"], "counts": {"Div": 0, "Pow": 0}},
+        ),
+        ("eqx_batch_norm_grad", batch_norm_vmapped(3, grad=True), [("B", 3, 4)], {}),
+    ]
+
+
+def weight_norms():
+    return [
+        (
+            "eqx_spectral_norm_linear",
+            spectral_norm(linear),
+            [("B", 4)],
+            {"expect": ["Gemm:Bx5"], "counts": {"Div": 0, "Einsum": 0, "MatMul": 0}},
+        ),
+        (
+            "eqx_spectral_norm_conv",
+            spectral_norm(conv),
+            [("B", 2, 6, 6)],
+            # Equinox's Conv needs the input in the weight's dtype (float32 here)
+            {"expect": ["Conv:Bx4x4x4"], "counts": {"Div": 0}, "variants": ["f32"]},
+        ),
+        ("eqx_spectral_norm_grad", spectral_norm(linear, grad=True), [("B", 4)], {}),
+        (
+            "eqx_weight_norm_linear",
+            weight_norm(linear),
+            [("B", 4)],
+            {"expect": ["Gemm:Bx5"], "counts": {"Div": 0, "Sqrt": 0, "MatMul": 0}},
+        ),
+        ("eqx_weight_norm_grad", weight_norm(linear, wrap=_GRAD), [("B", 4)], {}),
+    ]

@@ -386,7 +386,7 @@ NO_LAYOUT_OPS = {"Transpose": 0, "Reshape": 0, "Unsqueeze": 0, "Squeeze": 0}
 
 family.add_cases(
     conv_p,
-    [
+    lambda: [
         case(
             "conv2d_vmapped",
             _model("Conv2d", 3, 4, 3, padding=1),
@@ -502,7 +502,7 @@ family.add_cases(
 
 family.add_cases(
     conv_transpose_p,
-    [
+    lambda: [
         case(
             "conv_transpose2d_vmapped",
             _model("ConvTranspose2d", 3, 4, 3, stride=2, padding=1, output_padding=1),

@@ -115,7 +115,7 @@ def _error_if_grad(x):
 # feeds inputs that fail them.
 family.add_cases(
     "error_if",
-    [
+    lambda: [
         case(
             "eqx_error_if",
             with_equinox(_error_if),

@@ -212,20 +212,21 @@ def _noinline(x):
 
 family.add_cases(
     "unvmap_any",
-    [
+    lambda: [
         case("eqx_unvmap_any", with_equinox(_unvmap_any), [("B", 3)], factory=True),
         case("eqx_unvmap_any_vmapped", with_equinox(_vmapped_unvmap), [("B", 3)], factory=True),
     ],
 )
 family.add_cases(
-    "unvmap_all", [case("eqx_unvmap_all", with_equinox(_unvmap_all), [(2, 3)], factory=True)]
+    "unvmap_all",
+    lambda: [case("eqx_unvmap_all", with_equinox(_unvmap_all), [(2, 3)], factory=True)],
 )
 family.add_cases(
-    "unvmap_max", [case("eqx_unvmap_max", with_equinox(_unvmap_max), [(4,)], factory=True)]
+    "unvmap_max", lambda: [case("eqx_unvmap_max", with_equinox(_unvmap_max), [(4,)], factory=True)]
 )
 family.add_cases(
     "nonbatchable",
-    [
+    lambda: [
         case(
             "eqx_guards",
             with_equinox(_guards),
@@ -237,11 +238,11 @@ family.add_cases(
     ],
 )
 family.add_cases(
-    "announce_jaxpr", [case("eqx_announce", with_equinox(_announced), [(3,)], factory=True)]
+    "announce_jaxpr", lambda: [case("eqx_announce", with_equinox(_announced), [(3,)], factory=True)]
 )
 family.add_cases(
     "select_if_vmap",
-    [
+    lambda: [
         case(
             "eqx_while_lax",
             with_equinox(_while("lax")),
@@ -274,7 +275,7 @@ family.add_cases(
 )
 family.add_cases(
     "maybe_set",
-    [
+    lambda: [
         case(
             "eqx_while_buffers_checkpointed",
             with_equinox(_while("checkpointed", buffers=True)),
@@ -293,7 +294,7 @@ family.add_cases(
 )
 family.add_cases(
     "vprim",
-    [
+    lambda: [
         case(
             "eqx_while_buffers_vmapped",
             with_equinox(jax.vmap(_while("checkpointed", buffers=True))),
@@ -304,5 +305,5 @@ family.add_cases(
     ],
 )
 family.add_cases(
-    "noinline", [case("eqx_noinline", with_equinox(_noinline), [("B", 3)], factory=True)]
+    "noinline", lambda: [case("eqx_noinline", with_equinox(_noinline), [("B", 3)], factory=True)]
 )

@@ -90,43 +90,45 @@ def _tokens(embedding):
 _EDGE_INDICES = np.array([[0, 5, -1, -6, -7, 6], [100, -100, 3, 2, 1, 0]], np.int64)
 _I32 = [np.int32]
 
-_EMBEDDING_CASES = [
-    case(
-        "eqx_embedding_tokens",
-        _embedding(_tokens),
-        [("B", 7)],
-        dtypes=_I32,
-        input_range=(-9, 9),  # out-of-range indices clamp, as JAX's indexing does
-        factory=True,
-        expect=["Clip -> Gather:Bx7x4"],
-        counts={"Gather": 1},
-    ),
-    case(
-        "eqx_embedding_int64_edges",
-        _embedding(_tokens),
-        [_EDGE_INDICES],
-        factory=True,
-        expect=["Clip -> Gather:2x6x4"],
-        variants=["f64"],
-    ),
-    case(
-        "eqx_embedding_scalar",
-        _embedding(),
-        [np.array(4, np.int32)],
-        factory=True,
-        expect=["Clip -> Gather:4"],
-    ),
-    case(
-        "eqx_embedding_uint8",
-        _embedding(vmapped),
-        [np.array([0, 5, 6, 255], np.uint8)],
-        factory=True,
-        expect=["Gather:4x4"],
-    ),
-]
+
+def _embedding_cases():
+    return [
+        case(
+            "eqx_embedding_tokens",
+            _embedding(_tokens),
+            [("B", 7)],
+            dtypes=_I32,
+            input_range=(-9, 9),  # out-of-range indices clamp, as JAX's indexing does
+            factory=True,
+            expect=["Clip -> Gather:Bx7x4"],
+            counts={"Gather": 1},
+        ),
+        case(
+            "eqx_embedding_int64_edges",
+            _embedding(_tokens),
+            [_EDGE_INDICES],
+            factory=True,
+            expect=["Clip -> Gather:2x6x4"],
+            variants=["f64"],
+        ),
+        case(
+            "eqx_embedding_scalar",
+            _embedding(),
+            [np.array(4, np.int32)],
+            factory=True,
+            expect=["Clip -> Gather:4"],
+        ),
+        case(
+            "eqx_embedding_uint8",
+            _embedding(vmapped),
+            [np.array([0, 5, 6, 255], np.uint8)],
+            factory=True,
+            expect=["Gather:4x4"],
+        ),
+    ]
 
 
-@family.lowering(embedding_p, cases=_EMBEDDING_CASES)
+@family.lowering(embedding_p, cases=_embedding_cases)
 def embedding(ctx, indices, weight):
     """One Gather of the table over the whole index tensor.
 
@@ -189,25 +191,28 @@ def _prelu(*args, wrap=vmapped):
     return eqx_factory(lambda eqx, key: _randomised(eqx.nn.PReLU(*args)), wrap)
 
 
-_PRELU_CASES = [
-    (
-        "eqx_prelu",
-        _prelu(),
-        [("B", 6)],
-        {"expect": ["PRelu:Bx6"], "counts": {"Where": 0}, "variants": ["f32"]},
-    ),
-    ("eqx_prelu_f64", _prelu(), [("B", 6)], {"counts": {"PRelu": 0}, "variants": ["f64"]}),
-    (
-        "eqx_prelu_channels",
-        _prelu(jnp.full((3, 1, 1), 0.25)),
-        [("B", 3, 4, 4)],
-        {"expect": ["PRelu:Bx3x4x4"], "counts": {"Where": 0}, "variants": ["f32"]},
-    ),
-    ("eqx_prelu_grad", _prelu(wrap=lambda m: grad_of_squares(vmapped(m))), [("B", 6)], {}),
-]
+def _prelu_cases():
+    return [
+        (
+            "eqx_prelu",
+            _prelu(),
+            [("B", 6)],
+            {"expect": ["PRelu:Bx6"], "counts": {"Where": 0}, "variants": ["f32"]},
+        ),
+        ("eqx_prelu_f64", _prelu(), [("B", 6)], {"counts": {"PRelu": 0}, "variants": ["f64"]}),
+        (
+            "eqx_prelu_channels",
+            _prelu(jnp.full((3, 1, 1), 0.25)),
+            [("B", 3, 4, 4)],
+            {"expect": ["PRelu:Bx3x4x4"], "counts": {"Where": 0}, "variants": ["f32"]},
+        ),
+        ("eqx_prelu_grad", _prelu(wrap=lambda m: grad_of_squares(vmapped(m))), [("B", 6)], {}),
+    ]
 
 
-@family.lowering(prelu_p, native_dtypes=kernel_dtypes("PRelu"), cases=factory_cases(_PRELU_CASES))
+@family.lowering(
+    prelu_p, native_dtypes=kernel_dtypes("PRelu"), cases=lambda: factory_cases(_prelu_cases())
+)
 def prelu(ctx, x, slope):
     """``PRelu(x, slope)``: ``x`` where ``x >= 0`` (NaN, -0 as in JAX), else ``slope * x``.
 
@@ -268,7 +273,7 @@ _RANDOM_OPS = {"Where": 0, "BitShift": 0, "RandomUniform": 0, "Dropout": 0, "Ber
 
 family.add_cases(
     "eqx_dropout",
-    [
+    lambda: [
         case(
             "eqx_dropout_inference",
             eqx_factory(_dropout_in_sequential),
@@ -370,7 +375,7 @@ def _stateful_layer(eqx, key):
 
 family.add_cases(
     "eqx_sequential",
-    factory_cases(
+    lambda: factory_cases(
         [
             (
                 "eqx_sequential",

@@ -118,7 +118,7 @@ def _grad(module):
 
 family.add_cases(
     linear_p,
-    [
+    lambda: [
         case(
             "linear_vmapped",
             _linear_model(4, 5),
@@ -204,7 +204,7 @@ def _identity_sandwich(eqx, key):
 
 family.add_cases(
     "equinox.identity",
-    [
+    lambda: [
         case(
             "identity_between_layers",
             eqx_factory(_identity_sandwich),

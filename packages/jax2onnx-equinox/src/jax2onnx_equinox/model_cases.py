@@ -4,6 +4,8 @@ Equinox models take one example; every case maps them over a symbolic batch ``"B
 (``jax.vmap``, ``eqx.filter_vmap``). The models are built in training mode (Equinox's
 default: ``Dropout`` active, ``BatchNorm`` updating its statistics) and exported as
 they are: the export uses inference-mode copies, and the testkit compares with those.
+
+The plugin imports this module only when its cases are built (see ``plugin.py``).
 """
 
 from __future__ import annotations
@@ -13,11 +15,8 @@ from typing import Any
 import jax
 import numpy as np
 
-from jax2onnx.plugin import Family, case
+from jax2onnx.plugin import case
 from jax2onnx_equinox import models
-
-family = Family("equinox")
-register = family.register
 
 _SEQ = 8  # GPT tokens
 _MOE_TOKENS = 5
@@ -87,9 +86,10 @@ _GPT = models.GPTConfig()
 _MOE = models.MoEConfig()
 _ODE = models.NeuralODEConfig()
 
-family.add_cases(
-    "models",
-    [
+
+def cases() -> list:
+    """The cases of every example model, filed under ``"models"``."""
+    return [
         case(
             "model_mlp",
             _mlp_vmapped,
@@ -196,5 +196,4 @@ family.add_cases(
             factory=True,
             counts=_NO_RANDOM,
         ),
-    ],
-)
+    ]

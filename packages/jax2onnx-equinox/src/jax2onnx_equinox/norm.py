@@ -431,8 +431,8 @@ family.intercept("equinox.nn.SpectralNorm.__call__", None, binder=_bind_spectral
 family.intercept("equinox.nn.WeightNorm.__call__", None, binder=_bind_weight_norm)
 
 
-family.add_cases(layer_norm_p, factory_cases(cases.LAYER_NORM))
-family.add_cases(rms_norm_p, factory_cases(cases.RMS_NORM))
-family.add_cases(group_norm_p, factory_cases(cases.GROUP_NORM))
-family.add_cases(batch_norm_p, factory_cases(cases.BATCH_NORM))
-family.add_cases("eqx_weight_norms", factory_cases(cases.WEIGHT_NORMS))
+family.add_cases(layer_norm_p, lambda: factory_cases(cases.layer_norm()))
+family.add_cases(rms_norm_p, lambda: factory_cases(cases.rms_norm()))
+family.add_cases(group_norm_p, lambda: factory_cases(cases.group_norm()))
+family.add_cases(batch_norm_p, lambda: factory_cases(cases.batch_norm()))
+family.add_cases("eqx_weight_norms", lambda: factory_cases(cases.weight_norms()))

@@ -14,6 +14,7 @@ first, since an object cannot be an Equinox module unless Equinox is loaded.
 
 from __future__ import annotations
 
+import functools
 import importlib
 import sys
 from typing import Any
@@ -31,8 +32,9 @@ FAMILIES = (
     "norm",
     "attention",
     "rnn",
-    "model_cases",
 )
+# modules of example models and their cases: imported only when the cases are built
+CASE_MODULES = {"models": "model_cases"}
 
 
 @hookimpl
@@ -41,7 +43,14 @@ def jax2onnx_rules() -> Rules:
     rules = Rules("equinox", libraries=("equinox",))
     for name in FAMILIES:
         importlib.import_module(f"{__package__}.{name}").register(rules)
+    for component, name in CASE_MODULES.items():
+        rules.add_cases(component, functools.partial(_cases_of, name))
     return rules
+
+
+def _cases_of(name: str) -> list:
+    """The ``cases()`` of the case module ``name`` (imported now, not while loading)."""
+    return importlib.import_module(f"{__package__}.{name}").cases()
 
 
 @hookimpl

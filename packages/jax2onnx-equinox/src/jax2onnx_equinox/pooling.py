@@ -220,7 +220,7 @@ _EDGES = np.tile(_EDGES.reshape(1, 1, 10), (2, 2, 1))
 
 family.add_cases(
     max_pool_p,
-    [
+    lambda: [
         case(
             "max_pool2d_vmapped",
             _layer("MaxPool2d", 2, stride=2),
@@ -291,7 +291,7 @@ family.add_cases(
 
 family.add_cases(
     avg_pool_p,
-    [
+    lambda: [
         case(
             "avg_pool2d_padded",
             _layer("AvgPool2d", 3, padding=1),

@@ -275,7 +275,7 @@ _ONE_STEP = {"Gemm": 2, "MatMul": 0, "Loop": 0, "Concat": 0, "Transpose": 0}
 
 family.add_cases(
     gru_p,
-    factory_cases(
+    lambda: factory_cases(
         [
             (
                 "eqx_gru_cell",
@@ -307,7 +307,7 @@ family.add_cases(
 
 family.add_cases(
     lstm_p,
-    factory_cases(
+    lambda: factory_cases(
         [
             (
                 "eqx_lstm_cell",

@@ -52,7 +52,7 @@ _BOOL_4TH = [None, None, None, np.bool_]
 
 family.add_cases(
     dpa_p,
-    [
+    lambda: [
         _dpa(  # jax.nn's path: the nn.dot_product_attention primitive
             "nnx_dpa",
             _BTNH,
@@ -140,7 +140,7 @@ _ROW_MASK = _MASK_ROW[:, :5][None, None]
 
 family.add_cases(
     mha_p,
-    [
+    lambda: [
         _mha("mha_self", _X, expect=[_MHA_GRAPH], counts={**_ONE, "Reshape": 0}),
         _mha(
             "mha_self_f64",

@@ -192,7 +192,7 @@ TRANSPOSE_IN_AND_OUT = {"Transpose": 2}
 
 family.add_cases(
     conv_p,
-    [
+    lambda: [
         case(
             "conv_2d_same",
             _conv_model(3, 4, (3, 3)),
@@ -416,7 +416,7 @@ def _conv_relu_stack(nnx):
 
 family.add_cases(
     conv_p,
-    [
+    lambda: [
         case(
             "conv_stack",
             module_factory(_conv_stack),

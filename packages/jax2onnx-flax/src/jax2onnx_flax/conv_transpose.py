@@ -140,7 +140,7 @@ def _conv_t_model(*args, wrap=None, **kwargs):
 
 family.add_cases(
     conv_transpose_p,
-    [
+    lambda: [
         case(
             "conv_transpose_same_strided",
             _conv_t_model(3, 4, (3, 3), strides=2),

@@ -93,34 +93,43 @@ def _dropout_grad():
 
 
 _TRUE = {"deterministic": True}
-_DROPOUT_CASES = [
-    ("dropout_train_mode_module", _dropout_module, [("B", 6)], {"counts": {"Dropout": 0}}),
-    (
-        "dropout_model_runtime_flag",
-        _dropout_in_model,
-        [("B", 6)],
-        {"input_params": _TRUE, "expect": ["Dropout -> Where:Bx4"]},
-    ),
-    (
-        "dropout_runtime_flag",
-        _dropout_runtime(),
-        [("B", 6)],
-        {"input_params": _TRUE, "expect": ["Not -> Dropout -> Where:Bx6"]},
-    ),
-    (
-        "dropout_broadcast_dims",
-        _dropout_runtime(broadcast_dims=(-1,)),
-        [("B", 3, 4)],
-        {"input_params": _TRUE, "expect": ["Dropout -> Where:Bx3x4"]},
-    ),
-    (
-        "dropout_train_call",
-        _dropout_train_call,
-        [("B", 6)],
-        {"expect": ["Dropout"], "input_range": (0.5, 2.0)},
-    ),
-    ("dropout_vmap", _dropout_vmap, [("B", 3, 4)], {"input_params": _TRUE, "expect": ["Dropout"]}),
-    ("dropout_grad", _dropout_grad, [("B", 6)], {"input_params": _TRUE, "expect": ["Dropout"]}),
-]
 
-family.add_cases(dropout_p, factory_cases(_DROPOUT_CASES))
+
+def _dropout_cases():
+    return [
+        ("dropout_train_mode_module", _dropout_module, [("B", 6)], {"counts": {"Dropout": 0}}),
+        (
+            "dropout_model_runtime_flag",
+            _dropout_in_model,
+            [("B", 6)],
+            {"input_params": _TRUE, "expect": ["Dropout -> Where:Bx4"]},
+        ),
+        (
+            "dropout_runtime_flag",
+            _dropout_runtime(),
+            [("B", 6)],
+            {"input_params": _TRUE, "expect": ["Not -> Dropout -> Where:Bx6"]},
+        ),
+        (
+            "dropout_broadcast_dims",
+            _dropout_runtime(broadcast_dims=(-1,)),
+            [("B", 3, 4)],
+            {"input_params": _TRUE, "expect": ["Dropout -> Where:Bx3x4"]},
+        ),
+        (
+            "dropout_train_call",
+            _dropout_train_call,
+            [("B", 6)],
+            {"expect": ["Dropout"], "input_range": (0.5, 2.0)},
+        ),
+        (
+            "dropout_vmap",
+            _dropout_vmap,
+            [("B", 3, 4)],
+            {"input_params": _TRUE, "expect": ["Dropout"]},
+        ),
+        ("dropout_grad", _dropout_grad, [("B", 6)], {"input_params": _TRUE, "expect": ["Dropout"]}),
+    ]
+
+
+family.add_cases(dropout_p, lambda: factory_cases(_dropout_cases()))

@@ -93,7 +93,7 @@ def _is_matmul(equation: str) -> bool:
 
 family.add_cases(
     einsum_p,
-    [
+    lambda: [
         case(
             "einsum_heads",
             module_factory(
@@ -202,7 +202,7 @@ def _lora_linear_model(nnx):
 
 family.add_cases(
     lora_p,
-    [
+    lambda: [
         case(
             "lora",
             module_factory(_lora_model),

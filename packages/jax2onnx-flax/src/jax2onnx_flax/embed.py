@@ -97,7 +97,7 @@ _I32 = [np.int32]
 
 family.add_cases(
     embed_p,
-    [
+    lambda: [
         case(
             "embed_lookup",
             module_factory(_embed_model),
@@ -175,7 +175,7 @@ def embed(ctx, indices, table):
 
 family.add_cases(
     attend_p,
-    [
+    lambda: [
         case(
             "attend_2d",
             module_factory(_embed_model, lambda m: m.attend),

@@ -152,62 +152,65 @@ def _norm_op(ctx, op, x, rest, params):
 
 _OFFSET = (30.0 + np.random.default_rng(3).standard_normal((4, 16))).astype(np.float32)
 _LN = "LayerNormalization"
-_LN_CASES = [
-    ("layer_norm", norm_module("LayerNorm", 6), [("B", 6)], {"expect": [f"{_LN}:Bx6"]}),
-    ("layer_norm_3d", norm_module("LayerNorm", 4), [("B", 3, 4)], {"expect": [f"{_LN}:Bx3x4"]}),
-    (
-        "layer_norm_two_axes",
-        norm_module("LayerNorm", 12, reduction_axes=(1, 2), feature_axes=(1, 2)),
-        [("B", 3, 4)],
-        {"expect": [f"{_LN}:Bx3x4"]},
-    ),
-    (
-        "layer_norm_features_last",
-        norm_module("LayerNorm", 4, reduction_axes=(-2, -1)),
-        [("B", 3, 4)],
-        {"expect": [f"{_LN}:Bx3x4"]},
-    ),
-    (
-        "layer_norm_middle_axis",
-        norm_module("LayerNorm", 3, reduction_axes=1),
-        [("B", 4, 3)],
-        {"counts": {_LN: 0}},
-    ),
-    (
-        "layer_norm_plain",
-        norm_module("LayerNorm", 6, use_scale=False, use_bias=False),
-        [("B", 6)],
-        {"expect": [_LN]},
-    ),
-    (
-        "layer_norm_exact_variance",
-        norm_module("LayerNorm", 16, use_fast_variance=False),
-        [_OFFSET],
-        {"expect": [_LN]},
-    ),
-    (
-        "layer_norm_fast_variance_offset",
-        norm_module("LayerNorm", 16),
-        [_OFFSET],
-        {
-            "variants": ["f32"],
-            "xfail": "Flax's use_fast_variance computes E[x^2]-E[x]^2 in float32, which loses "
-            "the variance of rows with a large mean (30 +- 1); LayerNormalization "
-            "computes it accurately",
-        },
-    ),
-    (
-        "layer_norm_f16_input",
-        norm_module("LayerNorm", 6),
-        [("B", 6)],
-        {"dtypes": [np.float16], "expect": ["Cast -> LayerNormalization:Bx6"]},
-    ),
-    ("layer_norm_vmap", vmapped(norm_module("LayerNorm", 4)), [("B", 3, 4)], {"expect": [_LN]}),
-    ("layer_norm_grad", grad_case(norm_module("LayerNorm", 6)), [("B", 6)], {}),
-]
 
 
-@family.lowering(layer_norm_p, min_opset=17, cases=factory_cases(_LN_CASES))
+def _layer_norm_cases():
+    return [
+        ("layer_norm", norm_module("LayerNorm", 6), [("B", 6)], {"expect": [f"{_LN}:Bx6"]}),
+        ("layer_norm_3d", norm_module("LayerNorm", 4), [("B", 3, 4)], {"expect": [f"{_LN}:Bx3x4"]}),
+        (
+            "layer_norm_two_axes",
+            norm_module("LayerNorm", 12, reduction_axes=(1, 2), feature_axes=(1, 2)),
+            [("B", 3, 4)],
+            {"expect": [f"{_LN}:Bx3x4"]},
+        ),
+        (
+            "layer_norm_features_last",
+            norm_module("LayerNorm", 4, reduction_axes=(-2, -1)),
+            [("B", 3, 4)],
+            {"expect": [f"{_LN}:Bx3x4"]},
+        ),
+        (
+            "layer_norm_middle_axis",
+            norm_module("LayerNorm", 3, reduction_axes=1),
+            [("B", 4, 3)],
+            {"counts": {_LN: 0}},
+        ),
+        (
+            "layer_norm_plain",
+            norm_module("LayerNorm", 6, use_scale=False, use_bias=False),
+            [("B", 6)],
+            {"expect": [_LN]},
+        ),
+        (
+            "layer_norm_exact_variance",
+            norm_module("LayerNorm", 16, use_fast_variance=False),
+            [_OFFSET],
+            {"expect": [_LN]},
+        ),
+        (
+            "layer_norm_fast_variance_offset",
+            norm_module("LayerNorm", 16),
+            [_OFFSET],
+            {
+                "variants": ["f32"],
+                "xfail": "Flax's use_fast_variance computes E[x^2]-E[x]^2 in float32, which loses "
+                "the variance of rows with a large mean (30 +- 1); LayerNormalization "
+                "computes it accurately",
+            },
+        ),
+        (
+            "layer_norm_f16_input",
+            norm_module("LayerNorm", 6),
+            [("B", 6)],
+            {"dtypes": [np.float16], "expect": ["Cast -> LayerNormalization:Bx6"]},
+        ),
+        ("layer_norm_vmap", vmapped(norm_module("LayerNorm", 4)), [("B", 3, 4)], {"expect": [_LN]}),
+        ("layer_norm_grad", grad_case(norm_module("LayerNorm", 6)), [("B", 6)], {}),
+    ]
+
+
+@family.lowering(layer_norm_p, min_opset=17, cases=lambda: factory_cases(_layer_norm_cases()))
 def layer_norm(ctx, x, *rest, **params):
     """One LayerNormalization over trailing axes (float32/float64, static normalised dims).
 
@@ -225,17 +228,30 @@ def rms_norm_decomposed(ctx, x, *rest, **params):
 
 
 _RMS = "RMSNormalization"
-_RMS_CASES = [
-    ("rms_norm", norm_module("RMSNorm", 6), [("B", 6)], {"expect": [f"{_RMS}:Bx6"]}),
-    ("rms_norm_3d", norm_module("RMSNorm", 4), [("B", 3, 4)], {"expect": [f"{_RMS}:Bx3x4"]}),
-    ("rms_norm_plain", norm_module("RMSNorm", 6, use_scale=False), [("B", 6)], {"expect": [_RMS]}),
-    ("rms_norm_opset21", norm_module("RMSNorm", 6), [("B", 6)], {"opset": 21, "counts": {_RMS: 0}}),
-    ("rms_norm_vmap", vmapped(norm_module("RMSNorm", 4)), [("B", 3, 4)], {"expect": [_RMS]}),
-    ("rms_norm_grad", grad_case(norm_module("RMSNorm", 6)), [("B", 6)], {}),
-]
 
 
-@family.lowering(rms_norm_p, min_opset=23, cases=factory_cases(_RMS_CASES))
+def _rms_norm_cases():
+    return [
+        ("rms_norm", norm_module("RMSNorm", 6), [("B", 6)], {"expect": [f"{_RMS}:Bx6"]}),
+        ("rms_norm_3d", norm_module("RMSNorm", 4), [("B", 3, 4)], {"expect": [f"{_RMS}:Bx3x4"]}),
+        (
+            "rms_norm_plain",
+            norm_module("RMSNorm", 6, use_scale=False),
+            [("B", 6)],
+            {"expect": [_RMS]},
+        ),
+        (
+            "rms_norm_opset21",
+            norm_module("RMSNorm", 6),
+            [("B", 6)],
+            {"opset": 21, "counts": {_RMS: 0}},
+        ),
+        ("rms_norm_vmap", vmapped(norm_module("RMSNorm", 4)), [("B", 3, 4)], {"expect": [_RMS]}),
+        ("rms_norm_grad", grad_case(norm_module("RMSNorm", 6)), [("B", 6)], {}),
+    ]
+
+
+@family.lowering(rms_norm_p, min_opset=23, cases=lambda: factory_cases(_rms_norm_cases()))
 def rms_norm(ctx, x, *rest, **params):
     """One RMSNormalization over trailing axes (float32/float64; stash_type double for float64)."""
     y = _norm_op(ctx, "RMSNormalization", x, rest, params)

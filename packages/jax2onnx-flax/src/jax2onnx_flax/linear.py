@@ -84,7 +84,7 @@ _LINEAR_NO_BIAS = module_factory(lambda nnx: nnx.Linear(4, 5, use_bias=False, rn
 
 family.add_cases(
     linear_p,
-    [
+    lambda: [
         case(
             "linear_2d",
             _LINEAR,
@@ -258,7 +258,7 @@ def _dot_equation(ranks, dimension_numbers) -> str | None:
 
 family.add_cases(
     linear_general_p,
-    [
+    lambda: [
         case(
             "linear_general_last_axis",
             module_factory(lambda nnx: nnx.LinearGeneral(4, 5, rngs=nnx.Rngs(0))),

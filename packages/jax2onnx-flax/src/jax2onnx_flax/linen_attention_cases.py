@@ -39,7 +39,7 @@ _DG = "DenseGeneral"
 
 family.add_cases(
     linear_general_p,
-    [
+    lambda: [
         _lin(
             "linen_dense_general_last_axis",
             _layer(_DG, features=5),
@@ -124,7 +124,7 @@ def _einsum(shape, equation=None, **kwargs):
 
 family.add_cases(
     einsum_p,
-    [
+    lambda: [
         _lin(
             "linen_einsum_heads",
             _einsum((2, 3, 4), "nta,hab->nthb"),
@@ -215,7 +215,7 @@ class _Deterministic:
 
 family.add_cases(
     mha_p,
-    [
+    lambda: [
         _lin(
             "linen_mha_self",
             _mha(),
@@ -356,7 +356,7 @@ def _dpa_function():
 
 family.add_cases(
     dpa_p,
-    [
+    lambda: [
         _lin(
             "linen_dpa_in_module",
             _dpa_module,

@@ -219,7 +219,7 @@ _ONE_CONV = {**TRANSPOSE_IN_AND_OUT, "Add": 0, "Pad": 0}
 
 family.add_cases(
     conv_p,
-    [
+    lambda: [
         case(
             "linen_conv_2d_same",
             _conv(4, (3, 3)),
@@ -364,7 +364,7 @@ family.add_cases(
 
 family.add_cases(
     conv_transpose_p,
-    [
+    lambda: [
         case(
             "linen_conv_transpose_same_strided",
             _conv_t(4, (3, 3), strides=(2, 2)),
@@ -457,7 +457,7 @@ family.add_cases(
 
 family.add_cases(
     "linen.ConvLocal",
-    [
+    lambda: [
         case(
             "linen_conv_local_2d",
             _conv_local(4, (3, 3)),
@@ -496,7 +496,7 @@ family.add_cases(
 
 family.add_cases(
     max_pool_p,
-    [
+    lambda: [
         case(
             "linen_max_pool_in_module",
             linen_factory(_Pools.build("max_pool", strides=(2, 2)), (1, 6, 6, 2)),
@@ -518,7 +518,7 @@ family.add_cases(
 
 family.add_cases(
     avg_pool_p,
-    [
+    lambda: [
         case(
             "linen_avg_pool_in_module",
             linen_factory(_Pools.build("avg_pool", strides=(2, 2)), (1, 6, 6, 2)),
@@ -545,7 +545,7 @@ family.add_cases(
 
 family.add_cases(
     "linen.pool",
-    [
+    lambda: [
         case(
             "linen_pool_generic_max",
             # nn.pool with lax.max: reduce_window_max, which the lax plugin lowers to MaxPool

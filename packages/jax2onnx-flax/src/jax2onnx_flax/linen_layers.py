@@ -140,7 +140,7 @@ _FLAGGED = "Not -> Dropout -> Where:Bx6"
 
 family.add_cases(
     dropout_p,
-    [
+    lambda: [
         # the bound module exports in inference: no Dropout at all
         _drop_case("linen_dropout_pinned", _drop(), [("B", 6)], flag=False, counts={"Dropout": 0}),
         _drop_case("linen_dropout_runtime_flag", _drop(), [("B", 6)], expect=[_FLAGGED]),
@@ -201,7 +201,7 @@ _LOOKUP = "Gather -> Where"
 
 family.add_cases(
     embed_p,
-    [
+    lambda: [
         _embed_case(
             "linen_embed", [("B", 3)], dtypes=_I32, input_range=(0, 6), expect=[f"{_LOOKUP}:Bx3x4"]
         ),
@@ -227,7 +227,7 @@ family.add_cases(
 
 family.add_cases(
     attend_p,
-    [
+    lambda: [
         _embed_case(
             "linen_attend",
             [("B", 4)],
@@ -299,7 +299,7 @@ def _update_stats(bound):
 
 family.add_cases(
     linear_p,
-    [
+    lambda: [
         _wn_case(
             "linen_spectral_norm_dense", _Spectral.of(_dense), (2, 4), [("B", 4)], ["Gemm:Bx5"]
         ),
@@ -375,7 +375,7 @@ family.add_cases(
 # ONNX Runtime has no float64 Conv: float64 convolutions decompose (conv.py's *_f64 cases)
 family.add_cases(
     conv_p,
-    [
+    lambda: [
         _wn_case(
             "linen_spectral_norm_conv",
             _Spectral.of(_conv),

@@ -67,7 +67,7 @@ class _Subclassed:
 
 family.add_cases(
     linear_p,
-    [
+    lambda: [
         case(
             "linen_dense_2d",
             linen_factory(_dense(), (2, 4)),

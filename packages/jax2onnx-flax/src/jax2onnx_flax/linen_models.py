@@ -12,7 +12,8 @@
 Each builder returns ``(module, variables)`` (initialised with a fixed key, the BatchNorm
 statistics moved off their initial values); ``model.bind(variables)`` is what ``to_onnx``
 takes. The ResNet is also converted wrapped in ``nnx.bridge.ToNNX``. Importing this module
-never imports Flax: the classes are defined on first use (:func:`classes`).
+never imports Flax: the classes are defined on first use (:func:`classes`). The plugin
+imports this module only when its cases are built (see ``plugin.py``).
 """
 
 from __future__ import annotations
@@ -24,12 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from jax2onnx.plugin import Family, case
-
-family = Family("flax")
-register = family.register
-
-LINEN = ()
+from jax2onnx.plugin import case
 
 
 @dataclasses.dataclass(frozen=True)
@@ -227,9 +223,10 @@ _NO_RANDOM = {"Dropout": 0, "RandomUniform": 0, "RandomUniformLike": 0, "Bernoul
 _RESNET_OPS = {"Gemm": 1, "Relu": 5, **_NO_RANDOM}
 _TOKENS = {"dtypes": [np.int32], "variants": ["f32", "f64"]}
 
-family.add_cases(
-    "linen_models",
-    [
+
+def cases() -> list:
+    """The cases of every example model, filed under ``"linen_models"``."""
+    return [
         case(
             "linen_resnet",
             _bound(resnet),
@@ -276,5 +273,4 @@ family.add_cases(
             counts={"Loop": 1, **_NO_RANDOM},
             **_TOKENS,
         ),
-    ],
-)
+    ]

@@ -378,7 +378,7 @@ _B6 = [("B", 6)]
 
 family.add_cases(
     batch_norm_p,
-    [
+    lambda: [
         _case("linen_batch_norm_2d", _bn(), _B6, [f"{_BN}:Bx6"]),
         _case(
             "linen_batch_norm_nhwc", _bn(), [("B", 4, 4, 3)], ["Mul -> Add:Bx4x4x3"], counts=_FUSED
@@ -458,7 +458,7 @@ _TWO = {"reduction_axes": (1, 2), "feature_axes": (1, 2)}
 
 family.add_cases(
     layer_norm_p,
-    [
+    lambda: [
         _case("linen_layer_norm", _ln(), _B6, [f"{_LN}:Bx6"]),
         _case("linen_layer_norm_two_axes", _ln(**_TWO), [("B", 3, 4)], [f"{_LN}:Bx3x4"]),
         _case(
@@ -491,7 +491,7 @@ family.add_cases(
 
 family.add_cases(
     rms_norm_p,
-    [
+    lambda: [
         _case("linen_rms_norm", _rms(), _B6, [f"{_RMS}:Bx6"]),
         _case("linen_rms_norm_two_axes", _rms(**_TWO), [("B", 3, 4)], [f"{_RMS}:Bx3x4"]),
         _case("linen_rms_norm_plain", _rms(use_scale=False), _B6, [f"{_RMS}:Bx6"]),
@@ -506,7 +506,7 @@ _ROUND = f"Transpose -> {_GN} -> Transpose"
 
 family.add_cases(
     group_norm_p,
-    [
+    lambda: [
         _case(
             "linen_group_norm_nhwc",
             _gn(num_groups=3),

@@ -249,7 +249,7 @@ LSTM_BODY = ["Gemm -> Add -> Split -> Sigmoid -> Mul -> Add -> Tanh -> Mul"]
 
 family.add_cases(
     linear_p,
-    [
+    lambda: [
         _rnn_case(
             "linen_rnn_lstm",
             _rnn("LSTMCell"),
@@ -280,7 +280,7 @@ CONV_LSTM = {"kernel_size": (3, 3)}
 
 family.add_cases(
     linear_p,
-    [
+    lambda: [
         _rnn_case(
             "linen_rnn_conv_lstm",
             _rnn("ConvLSTMCell", CONV_LSTM),
@@ -322,8 +322,9 @@ family.add_cases(
         _rnn_case(
             "linen_rnn_bidirectional",
             _bidirectional,
-            expect=[*LSTM_BODY, f"Loop -> Transpose -> Concat:Bx{T}x{2 * F}"],
-            counts={"Loop": 2},
+            # both directions concatenated time-major, then one Transpose to batch-major
+            expect=[*LSTM_BODY, f"Loop -> Concat -> Transpose:Bx{T}x{2 * F}"],
+            counts={"Loop": 2, "Transpose": 3},
         ),
         _rnn_case(
             "linen_rnn_seq_lengths",

@@ -4,6 +4,8 @@ Each model has an inference-mode case (``model.eval()``) and a ``*_training`` ca
 that leaves the module in training mode after one training-mode forward pass
 (``Dropout`` active, ``BatchNorm`` updating its statistics): export still uses
 inference semantics, and the testkit compares with that inference-mode copy.
+
+The plugin imports this module only when its cases are built (see ``plugin.py``).
 """
 
 from __future__ import annotations
@@ -12,11 +14,8 @@ from typing import Any
 
 import numpy as np
 
-from jax2onnx.plugin import Family, case
+from jax2onnx.plugin import case
 from jax2onnx_flax import models
-
-family = Family("flax")
-register = family.register
 
 _SRC, _TGT = 6, 5  # encoder and decoder sequence lengths
 _SEQ = 8  # GPT-2 tokens
@@ -110,9 +109,9 @@ def _model_cases(name: str, make: Any, make_training: Any, inputs: list, **kwarg
     ]
 
 
-family.add_cases(
-    "models",
-    [
+def cases() -> list:
+    """The cases of every example model, filed under ``"models"``."""
+    return [
         *_model_cases(
             "mlp",
             _mlp,
@@ -164,5 +163,4 @@ family.add_cases(
             [("B", _SRC, _ED_DIM), ("B", _TGT, _ED_DIM)],
             counts=_NO_RANDOM,
         ),
-    ],
-)
+    ]

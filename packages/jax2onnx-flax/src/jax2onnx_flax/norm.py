@@ -234,57 +234,60 @@ def _bn_runtime():
 
 
 _BN_FLAG = "BatchNormalization -> Where"
-_BN_CASES = [
-    (
-        "batch_norm_2d",
-        norm_module("BatchNorm", 6),
-        [("B", 6)],
-        {"expect": ["BatchNormalization:Bx6"]},
-    ),
-    (
-        "batch_norm_nchw",
-        norm_module("BatchNorm", 3, axis=1),
-        [("B", 3, 4, 4)],
-        {"expect": ["BatchNormalization:Bx3x4x4"], "counts": {"Transpose": 0}},
-    ),
-    (
-        "batch_norm_nhwc",
-        norm_module("BatchNorm", 3),
-        [("B", 4, 4, 3)],
-        {"expect": ["Mul -> Add:Bx4x4x3"], "counts": {"Transpose": 0, "BatchNormalization": 0}},
-    ),
-    (
-        "batch_norm_plain",
-        norm_module("BatchNorm", 6, use_scale=False, use_bias=False),
-        [("B", 6)],
-        {"expect": ["BatchNormalization"]},
-    ),
-    (
-        "batch_norm_train_mode",
-        norm_module("BatchNorm", 6, mode="train"),
-        [("B", 6)],
-        {"expect": ["BatchNormalization:Bx6"]},
-    ),
-    (
-        "batch_norm_runtime_flag",
-        _bn_runtime,
-        [("B", 6)],
-        {"input_params": {"use_running_average": True}, "expect": [_BN_FLAG]},
-    ),
-    (
-        "batch_norm_runtime_flag_false",
-        _bn_runtime,
-        [("B", 6)],
-        {"input_params": {"use_running_average": False}, "expect": [_BN_FLAG]},
-    ),
-    (
-        "batch_norm_vmap",
-        vmapped(norm_module("BatchNorm", 3, axis=1, mode="eval")),
-        [("B", 2, 3, 4)],
-        {"expect": ["Mul -> Add:Bx2x3x4"], "counts": {"Transpose": 0}},
-    ),
-    ("batch_norm_grad", grad_case(norm_module("BatchNorm", 6, mode="eval")), [("B", 6)], {}),
-]
+
+
+def _batch_norm_cases():
+    return [
+        (
+            "batch_norm_2d",
+            norm_module("BatchNorm", 6),
+            [("B", 6)],
+            {"expect": ["BatchNormalization:Bx6"]},
+        ),
+        (
+            "batch_norm_nchw",
+            norm_module("BatchNorm", 3, axis=1),
+            [("B", 3, 4, 4)],
+            {"expect": ["BatchNormalization:Bx3x4x4"], "counts": {"Transpose": 0}},
+        ),
+        (
+            "batch_norm_nhwc",
+            norm_module("BatchNorm", 3),
+            [("B", 4, 4, 3)],
+            {"expect": ["Mul -> Add:Bx4x4x3"], "counts": {"Transpose": 0, "BatchNormalization": 0}},
+        ),
+        (
+            "batch_norm_plain",
+            norm_module("BatchNorm", 6, use_scale=False, use_bias=False),
+            [("B", 6)],
+            {"expect": ["BatchNormalization"]},
+        ),
+        (
+            "batch_norm_train_mode",
+            norm_module("BatchNorm", 6, mode="train"),
+            [("B", 6)],
+            {"expect": ["BatchNormalization:Bx6"]},
+        ),
+        (
+            "batch_norm_runtime_flag",
+            _bn_runtime,
+            [("B", 6)],
+            {"input_params": {"use_running_average": True}, "expect": [_BN_FLAG]},
+        ),
+        (
+            "batch_norm_runtime_flag_false",
+            _bn_runtime,
+            [("B", 6)],
+            {"input_params": {"use_running_average": False}, "expect": [_BN_FLAG]},
+        ),
+        (
+            "batch_norm_vmap",
+            vmapped(norm_module("BatchNorm", 3, axis=1, mode="eval")),
+            [("B", 2, 3, 4)],
+            {"expect": ["Mul -> Add:Bx2x3x4"], "counts": {"Transpose": 0}},
+        ),
+        ("batch_norm_grad", grad_case(norm_module("BatchNorm", 6, mode="eval")), [("B", 6)], {}),
+    ]
 
 
 def _bn_runtime_stats(x, mean, var, scale):
@@ -295,8 +298,8 @@ def _bn_runtime_stats(x, mean, var, scale):
 
 @family.lowering(
     batch_norm_p,
-    cases=[
-        *factory_cases(_BN_CASES),
+    cases=lambda: [
+        *factory_cases(_batch_norm_cases()),
         case(
             "batch_norm_runtime_stats",
             _bn_runtime_stats,
@@ -392,48 +395,56 @@ family.intercept("flax.nnx.GroupNorm.__call__", group_norm_p, binder=_bind_group
 
 
 _GN = "GroupNormalization"
-_GN_CASES = [
-    (
-        "group_norm_nhwc",
-        norm_module("GroupNorm", 6, num_groups=3),
-        [("B", 4, 4, 6)],
-        {"expect": [f"Transpose -> {_GN} -> Transpose:Bx4x4x6"], "counts": {"Transpose": 2}},
-    ),
-    (
-        "group_norm_2d",
-        norm_module("GroupNorm", 6, num_groups=2),
-        [("B", 6)],
-        {"expect": [f"{_GN}:Bx6"], "counts": {"Transpose": 0}},
-    ),
-    (
-        "group_norm_group_size",
-        norm_module("GroupNorm", 8, num_groups=None, group_size=2),
-        [("B", 5, 8)],
-        {"expect": [_GN]},
-    ),
-    (
-        "group_norm_plain",
-        norm_module("GroupNorm", 4, num_groups=2, use_scale=False, use_bias=False),
-        [("B", 3, 4)],
-        {"expect": [_GN]},
-    ),
-    (
-        "group_norm_opset18",
-        norm_module("GroupNorm", 6, num_groups=3),
-        [("B", 4, 6)],
-        {"opset": 18, "counts": {_GN: 0}},
-    ),
-    (
-        "group_norm_vmap",
-        vmapped(norm_module("GroupNorm", 6, num_groups=3)),
-        [("B", 2, 4, 6)],
-        {"expect": [f"Reshape -> Transpose -> {_GN}"]},
-    ),
-    ("group_norm_grad", grad_case(norm_module("GroupNorm", 6, num_groups=2)), [("B", 4, 6)], {}),
-]
 
 
-@family.lowering(group_norm_p, min_opset=21, cases=factory_cases(_GN_CASES))
+def _group_norm_cases():
+    return [
+        (
+            "group_norm_nhwc",
+            norm_module("GroupNorm", 6, num_groups=3),
+            [("B", 4, 4, 6)],
+            {"expect": [f"Transpose -> {_GN} -> Transpose:Bx4x4x6"], "counts": {"Transpose": 2}},
+        ),
+        (
+            "group_norm_2d",
+            norm_module("GroupNorm", 6, num_groups=2),
+            [("B", 6)],
+            {"expect": [f"{_GN}:Bx6"], "counts": {"Transpose": 0}},
+        ),
+        (
+            "group_norm_group_size",
+            norm_module("GroupNorm", 8, num_groups=None, group_size=2),
+            [("B", 5, 8)],
+            {"expect": [_GN]},
+        ),
+        (
+            "group_norm_plain",
+            norm_module("GroupNorm", 4, num_groups=2, use_scale=False, use_bias=False),
+            [("B", 3, 4)],
+            {"expect": [_GN]},
+        ),
+        (
+            "group_norm_opset18",
+            norm_module("GroupNorm", 6, num_groups=3),
+            [("B", 4, 6)],
+            {"opset": 18, "counts": {_GN: 0}},
+        ),
+        (
+            "group_norm_vmap",
+            vmapped(norm_module("GroupNorm", 6, num_groups=3)),
+            [("B", 2, 4, 6)],
+            {"expect": [f"Reshape -> Transpose -> {_GN}"]},
+        ),
+        (
+            "group_norm_grad",
+            grad_case(norm_module("GroupNorm", 6, num_groups=2)),
+            [("B", 4, 6)],
+            {},
+        ),
+    ]
+
+
+@family.lowering(group_norm_p, min_opset=21, cases=lambda: factory_cases(_group_norm_cases()))
 def group_norm(
     ctx,
     x,

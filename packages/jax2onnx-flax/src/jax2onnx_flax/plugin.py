@@ -33,7 +33,6 @@ FAMILIES = (
     "layer_norm",
     "dropout",
     "embed",
-    "model_cases",
     "pooling",
     "bridge",
     "linen_linear",
@@ -43,8 +42,9 @@ FAMILIES = (
     "linen_attention",
     "linen_attention_cases",
     "linen_rnn",
-    "linen_models",
 )
+# modules of example models and their cases: imported only when the cases are built
+CASE_MODULES = {"models": "model_cases", "linen_models": "linen_models"}
 
 
 @hookimpl
@@ -53,9 +53,16 @@ def jax2onnx_rules() -> Rules:
     rules = Rules("flax")
     for name in FAMILIES:
         importlib.import_module(f"{__package__}.{name}").register(rules)
+    for component, name in CASE_MODULES.items():
+        rules.add_cases(component, functools.partial(_cases_of, name))
     table = linen.declared(FAMILIES, __package__)
     rules.tracing_context(functools.partial(linen.tracing_context, table))
     return rules
+
+
+def _cases_of(name: str) -> list:
+    """The ``cases()`` of the case module ``name`` (imported now, not while loading)."""
+    return importlib.import_module(f"{__package__}.{name}").cases()
 
 
 @hookimpl

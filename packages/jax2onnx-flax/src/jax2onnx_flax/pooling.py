@@ -232,7 +232,7 @@ def _common(name, op, **f32):
 @family.lowering(
     avg_pool_p,
     native_dtypes=kernel_dtypes("AveragePool"),
-    cases=[
+    cases=lambda: [
         *_common("avg_pool", "AveragePool", variants=["f32"]),
         _case(
             "avg_pool",
@@ -276,7 +276,7 @@ def avg_pool(ctx, x, *, window_shape, strides, padding, count_include_pad):
 @family.lowering(
     max_pool_p,
     native_dtypes=kernel_dtypes("MaxPool"),
-    cases=[
+    cases=lambda: [
         *_common("max_pool", "MaxPool", variants=None),
         _case(
             "max_pool",
@@ -300,7 +300,7 @@ def max_pool(ctx, x, *, window_shape, strides, padding):
 @family.lowering(
     min_pool_p,
     native_dtypes=kernel_dtypes("Neg", "MaxPool"),
-    cases=[
+    cases=lambda: [
         *_common("min_pool", "MaxPool", variants=None),
         _case(
             "min_pool",

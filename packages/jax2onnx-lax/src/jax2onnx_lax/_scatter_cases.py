@@ -82,289 +82,297 @@ def _whole_cases(kind, method, opset=None):
     ]
 
 
-SET_CASES = [
-    case(
-        "rows",
-        lambda x, u: _at(x)[_ROWS].set(u),
-        [(5, 3), (4, 3)],
-        expect=["Concat -> ScatterND -> Slice:5x3"],  # the clamped row indices fold
-    ),
-    case(
-        "columns_symbolic",
-        lambda x, u: _at(x)[:, _COLS].set(u),
-        [("B", 6), ("B", 4)],
-        expect=["Transpose -> Concat -> ScatterND -> Slice -> Transpose:Bx6"],
-    ),
-    case(
-        "constant_point",
-        lambda x, u: _at(x)[2, 1].set(u),
-        [(4, 3), ()],
-        # the index arithmetic on constants folds at conversion: one in-bounds ScatterND
-        expect=["ScatterND:4x3"],
-        counts={"Where": 0, "Slice": 0, "Concat": 0},
-    ),
-    case(
-        "constant_indices",
-        lambda x, u: _raw("scatter", (1,), (0,), (0,))(x, np.array([[2], [0]], _I32), u),
-        [(4, "B"), (2, "B")],
-        expect=["ScatterND:4xB"],
-        counts={"Where": 0, "Concat": 0, "Slice": 0, "Cast": 0},
-    ),
-    case(
-        "point_arrays",
-        lambda x, i, j, u: _at(x)[i, j].set(u),
-        [(4, 5, 2), (), (), (2,)],
-        dtypes=[None, _I32, _I32, None],
-        input_range=(-6, 7),
-    ),
-    case("slice", lambda x, u: _at(x)[1:4].set(u), [(5, "B"), (3, "B")]),
-    case(
-        "strided_slice_and_array",
-        lambda x, u: _at(x)[::2, np.array([2, 0])].set(u),
-        [(5, 3), (3, 2)],
-    ),
-    case(
-        "vmap",
-        lambda x, i, u: _vmapped("set")(x, i[:, None], u),
-        [("B", 5, 4), ("B",), ("B", 1, 4)],
-        dtypes=[None, _I32, None],
-        input_range=(-7, 7),
-    ),
-    case(
-        "window_clip",
-        _raw("scatter", (1,), (0,), (0, 1), mode=GatherScatterMode.CLIP),
-        [(5, 6), np.array([[1, 5], [-3, 2]], _I32), (2, 3)],
-    ),
-    case(
-        "window_drop",
-        _raw("scatter", (1,), (0,), (0, 1), mode=GatherScatterMode.FILL_OR_DROP),
-        [(5, 6), np.array([[1, 4], [3, 3], [0, -1]], _I32), (3, 3)],
-    ),
-    case(
-        "clip_mode",
-        lambda x, u: _at(x)[np.array([1, 9]), 1:].set(u, mode="clip"),
-        [(5, 3), (2, 2)],
-    ),
-    case(
-        "fori_loop",
-        lambda x: lax.fori_loop(0, 3, lambda k, y: _at(y)[k + 1].set(y[k] * 2.0), x),
-        [(5, 2)],
-    ),
-    case(
-        "opset17",
-        lambda x, u: _at(x)[:, _COLS].set(u),
-        [(3, 6), (3, 4)],
-        opset=17,
-    ),
-    *(
+def scatter_set_cases():
+    return [
         case(
-            f"rows_{np.dtype(t).name}",
+            "rows",
             lambda x, u: _at(x)[_ROWS].set(u),
             [(5, 3), (4, 3)],
-            dtypes=[t, t],
-            variants=["f64"] if np.dtype(t).itemsize == 8 else None,
-        )
-        for t in (np.int8, np.uint8, np.int16, np.int32, np.int64, np.uint64, np.bool_)
-    ),
-    *_whole_cases("scatter", "set"),
-]
-
-ADD_CASES = [
-    case(
-        "duplicates",
-        lambda x, i, u: _at(x)[i].add(u),
-        [(5, 3), (8,), (8, 3)],
-        dtypes=[None, _I32, None],  # random in [-5, 6): repeated, negative and dropped rows
-        expect=["Where -> ScatterND -> Slice:5x3"],
-    ),
-    case(
-        "columns_symbolic",
-        lambda x, i, u: _at(x)[:, i].add(u),
-        [("B", 4), (6,), ("B", 6)],
-        dtypes=[None, _I32, None],
-    ),
-    case(
-        "grad_of_gather",
-        jax.grad(lambda x, i: jnp.sum(jnp.sin(x[i]))),
-        [(5, 3), (7,)],
-        dtypes=[None, _I32],
-        input_range=(-5, 5),
-    ),
-    case(
-        "vmap",
-        lambda x, i, u: _vmapped("add")(x, i, u),
-        [("B", 4), ("B", 6), ("B", 6)],
-        dtypes=[None, _I32, None],
-    ),
-    case(
-        "scan",
-        lambda x, i: lax.scan(lambda c, j: (_at(c)[j].add(1.0), None), x, i)[0],
-        [(4, 3), (6,)],
-        dtypes=[None, _I32],
-    ),
-    case(
-        "clip_mode",
-        lambda x, i, u: _at(x)[i].add(u, mode="clip"),
-        [(5,), (9,), (9,)],
-        dtypes=[None, _I32, None],
-        input_range=(-9, 9),
-    ),
-    case(
-        "opset17",
-        lambda x, i, u: _at(x)[i, 1:3].add(u),
-        [(5, 4), (6,), (6, 2)],
-        dtypes=[None, _I32, None],
-        opset=17,
-    ),
-    *(
+            expect=["Concat -> ScatterND -> Slice:5x3"],  # the clamped row indices fold
+        ),
         case(
-            f"duplicates_{np.dtype(t).name}",
+            "columns_symbolic",
+            lambda x, u: _at(x)[:, _COLS].set(u),
+            [("B", 6), ("B", 4)],
+            expect=["Transpose -> Concat -> ScatterND -> Slice -> Transpose:Bx6"],
+        ),
+        case(
+            "constant_point",
+            lambda x, u: _at(x)[2, 1].set(u),
+            [(4, 3), ()],
+            # the index arithmetic on constants folds at conversion: one in-bounds ScatterND
+            expect=["ScatterND:4x3"],
+            counts={"Where": 0, "Slice": 0, "Concat": 0},
+        ),
+        case(
+            "constant_indices",
+            lambda x, u: _raw("scatter", (1,), (0,), (0,))(x, np.array([[2], [0]], _I32), u),
+            [(4, "B"), (2, "B")],
+            expect=["ScatterND:4xB"],
+            counts={"Where": 0, "Concat": 0, "Slice": 0, "Cast": 0},
+        ),
+        case(
+            "point_arrays",
+            lambda x, i, j, u: _at(x)[i, j].set(u),
+            [(4, 5, 2), (), (), (2,)],
+            dtypes=[None, _I32, _I32, None],
+            input_range=(-6, 7),
+        ),
+        case("slice", lambda x, u: _at(x)[1:4].set(u), [(5, "B"), (3, "B")]),
+        case(
+            "strided_slice_and_array",
+            lambda x, u: _at(x)[::2, np.array([2, 0])].set(u),
+            [(5, 3), (3, 2)],
+        ),
+        case(
+            "vmap",
+            lambda x, i, u: _vmapped("set")(x, i[:, None], u),
+            [("B", 5, 4), ("B",), ("B", 1, 4)],
+            dtypes=[None, _I32, None],
+            input_range=(-7, 7),
+        ),
+        case(
+            "window_clip",
+            _raw("scatter", (1,), (0,), (0, 1), mode=GatherScatterMode.CLIP),
+            [(5, 6), np.array([[1, 5], [-3, 2]], _I32), (2, 3)],
+        ),
+        case(
+            "window_drop",
+            _raw("scatter", (1,), (0,), (0, 1), mode=GatherScatterMode.FILL_OR_DROP),
+            [(5, 6), np.array([[1, 4], [3, 3], [0, -1]], _I32), (3, 3)],
+        ),
+        case(
+            "clip_mode",
+            lambda x, u: _at(x)[np.array([1, 9]), 1:].set(u, mode="clip"),
+            [(5, 3), (2, 2)],
+        ),
+        case(
+            "fori_loop",
+            lambda x: lax.fori_loop(0, 3, lambda k, y: _at(y)[k + 1].set(y[k] * 2.0), x),
+            [(5, 2)],
+        ),
+        case(
+            "opset17",
+            lambda x, u: _at(x)[:, _COLS].set(u),
+            [(3, 6), (3, 4)],
+            opset=17,
+        ),
+        *(
+            case(
+                f"rows_{np.dtype(t).name}",
+                lambda x, u: _at(x)[_ROWS].set(u),
+                [(5, 3), (4, 3)],
+                dtypes=[t, t],
+                variants=["f64"] if np.dtype(t).itemsize == 8 else None,
+            )
+            for t in (np.int8, np.uint8, np.int16, np.int32, np.int64, np.uint64, np.bool_)
+        ),
+        *_whole_cases("scatter", "set"),
+    ]
+
+
+def scatter_add_cases():
+    return [
+        case(
+            "duplicates",
             lambda x, i, u: _at(x)[i].add(u),
-            [(4, 2), (7,), (7, 2)],
-            dtypes=[t, _I32, t],
-            variants=["f64"] if np.dtype(t).itemsize == 8 else None,
-        )
-        for t in (np.int8, np.uint8, np.int32, np.int64)
-    ),
-    *_whole_cases("scatter_add", "add"),
-    # opset 13: the Loop form (ScatterND has no reduction before 16)
-    case(
-        "opset13_duplicates",
-        lambda x, i, u: _at(x)[i].add(u),
-        [(5, 3), (8,), (8, 3)],
-        dtypes=[None, _I32, None],  # random in [-5, 6): repeated, negative and dropped rows
-        opset=13,
-        expect=["Loop -> Slice:5x3"],
-        counts={"ScatterElements": 0},
-    ),
-    case(
-        "opset13_symbolic_batch",
-        lambda x, i, u: _at(x)[i, 1:3].add(u),
-        [(5, 4), ("N",), ("N", 2)],
-        dtypes=[None, _I32, None],
-        opset=13,
-    ),
-    case(
-        "opset13_vmap",
-        lambda x, i, u: _vmapped("add")(x, i, u),
-        [("B", 4), ("B", 6), ("B", 6)],
-        dtypes=[None, _I32, None],
-        opset=13,
-    ),
-    case(
-        "opset13_clip_mode",
-        lambda x, i, u: _at(x)[i].add(u, mode="clip"),
-        [(5,), (9,), (9,)],
-        dtypes=[None, _I32, None],
-        input_range=(-9, 9),
-        opset=13,
-    ),
-    case(
-        "opset13_grad_of_gather",
-        jax.grad(lambda x, i: jnp.sum(jnp.sin(x[i]))),
-        [(5, 3), (7,)],
-        dtypes=[None, _I32],
-        input_range=(-5, 5),
-        opset=13,
-    ),
-    case(
-        "opset13_segment_sum",
-        lambda u, i: jax.ops.segment_sum(u, i, num_segments=4),
-        [(9, 2), (9,)],
-        dtypes=[None, _I32],
-        input_range=(-1, 5),
-        opset=13,
-    ),
-    *(
+            [(5, 3), (8,), (8, 3)],
+            dtypes=[None, _I32, None],  # random in [-5, 6): repeated, negative and dropped rows
+            expect=["Where -> ScatterND -> Slice:5x3"],
+        ),
         case(
-            f"opset13_duplicates_{np.dtype(t).name}",
+            "columns_symbolic",
+            lambda x, i, u: _at(x)[:, i].add(u),
+            [("B", 4), (6,), ("B", 6)],
+            dtypes=[None, _I32, None],
+        ),
+        case(
+            "grad_of_gather",
+            jax.grad(lambda x, i: jnp.sum(jnp.sin(x[i]))),
+            [(5, 3), (7,)],
+            dtypes=[None, _I32],
+            input_range=(-5, 5),
+        ),
+        case(
+            "vmap",
+            lambda x, i, u: _vmapped("add")(x, i, u),
+            [("B", 4), ("B", 6), ("B", 6)],
+            dtypes=[None, _I32, None],
+        ),
+        case(
+            "scan",
+            lambda x, i: lax.scan(lambda c, j: (_at(c)[j].add(1.0), None), x, i)[0],
+            [(4, 3), (6,)],
+            dtypes=[None, _I32],
+        ),
+        case(
+            "clip_mode",
+            lambda x, i, u: _at(x)[i].add(u, mode="clip"),
+            [(5,), (9,), (9,)],
+            dtypes=[None, _I32, None],
+            input_range=(-9, 9),
+        ),
+        case(
+            "opset17",
+            lambda x, i, u: _at(x)[i, 1:3].add(u),
+            [(5, 4), (6,), (6, 2)],
+            dtypes=[None, _I32, None],
+            opset=17,
+        ),
+        *(
+            case(
+                f"duplicates_{np.dtype(t).name}",
+                lambda x, i, u: _at(x)[i].add(u),
+                [(4, 2), (7,), (7, 2)],
+                dtypes=[t, _I32, t],
+                variants=["f64"] if np.dtype(t).itemsize == 8 else None,
+            )
+            for t in (np.int8, np.uint8, np.int32, np.int64)
+        ),
+        *_whole_cases("scatter_add", "add"),
+        # opset 13: the Loop form (ScatterND has no reduction before 16)
+        case(
+            "opset13_duplicates",
             lambda x, i, u: _at(x)[i].add(u),
-            [(4, 2), (7,), (7, 2)],
-            dtypes=[t, _I32, t],
+            [(5, 3), (8,), (8, 3)],
+            dtypes=[None, _I32, None],  # random in [-5, 6): repeated, negative and dropped rows
             opset=13,
-        )
-        for t in (np.int8, np.uint32)
-    ),
-]
-
-SUB_CASES = [
-    case(
-        "duplicates",
-        lambda x, i, u: _at(x)[i].subtract(u),
-        [(5, "B"), (8,), (8, "B")],
-        dtypes=[None, _I32, None],
-    ),
-    *(
+            expect=["Loop -> Slice:5x3"],
+            counts={"ScatterElements": 0},
+        ),
         case(
-            f"duplicates_{np.dtype(t).name}",
-            lambda x, i, u: _at(x)[i].subtract(u),
-            [(4, 2), (7,), (7, 2)],
-            dtypes=[t, _I32, t],
-            variants=["f64"] if np.dtype(t).itemsize == 8 else None,
-        )
-        for t in (np.int8, np.uint8, np.int32, np.uint32, np.uint64)
-    ),
-    *_whole_cases("scatter_sub", "subtract"),
-    case(
-        "opset13_duplicates",
-        lambda x, i, u: _at(x)[i].subtract(u),
-        [(5, "B"), (8,), (8, "B")],
-        dtypes=[None, _I32, None],
-        opset=13,
-        expect=["Loop -> Slice:5xB"],
-    ),
-    *(
-        case(
-            f"opset13_duplicates_{np.dtype(t).name}",
-            lambda x, i, u: _at(x)[i].subtract(u),
-            [(4, 2), (7,), (7, 2)],
-            dtypes=[t, _I32, t],
-            variants=["f64"] if np.dtype(t).itemsize == 8 else None,
+            "opset13_symbolic_batch",
+            lambda x, i, u: _at(x)[i, 1:3].add(u),
+            [(5, 4), ("N",), ("N", 2)],
+            dtypes=[None, _I32, None],
             opset=13,
-        )
-        for t in (np.uint8, np.uint64)
-    ),
-]
-
-MUL_CASES = [
-    case(
-        "duplicates",
-        lambda x, i, u: _at(x)[i].multiply(u),
-        [(5, "B"), (8,), (8, "B")],
-        dtypes=[None, _I32, None],
-    ),
-    case(
-        "vmap",
-        lambda x, i, u: _vmapped("multiply")(x, i, u),
-        [(3, 4), (3, 5), (3, 5)],
-        dtypes=[None, _I32, None],
-    ),
-    *(
+        ),
         case(
-            f"duplicates_{np.dtype(t).name}",
+            "opset13_vmap",
+            lambda x, i, u: _vmapped("add")(x, i, u),
+            [("B", 4), ("B", 6), ("B", 6)],
+            dtypes=[None, _I32, None],
+            opset=13,
+        ),
+        case(
+            "opset13_clip_mode",
+            lambda x, i, u: _at(x)[i].add(u, mode="clip"),
+            [(5,), (9,), (9,)],
+            dtypes=[None, _I32, None],
+            input_range=(-9, 9),
+            opset=13,
+        ),
+        case(
+            "opset13_grad_of_gather",
+            jax.grad(lambda x, i: jnp.sum(jnp.sin(x[i]))),
+            [(5, 3), (7,)],
+            dtypes=[None, _I32],
+            input_range=(-5, 5),
+            opset=13,
+        ),
+        case(
+            "opset13_segment_sum",
+            lambda u, i: jax.ops.segment_sum(u, i, num_segments=4),
+            [(9, 2), (9,)],
+            dtypes=[None, _I32],
+            input_range=(-1, 5),
+            opset=13,
+        ),
+        *(
+            case(
+                f"opset13_duplicates_{np.dtype(t).name}",
+                lambda x, i, u: _at(x)[i].add(u),
+                [(4, 2), (7,), (7, 2)],
+                dtypes=[t, _I32, t],
+                opset=13,
+            )
+            for t in (np.int8, np.uint32)
+        ),
+    ]
+
+
+def scatter_sub_cases():
+    return [
+        case(
+            "duplicates",
+            lambda x, i, u: _at(x)[i].subtract(u),
+            [(5, "B"), (8,), (8, "B")],
+            dtypes=[None, _I32, None],
+        ),
+        *(
+            case(
+                f"duplicates_{np.dtype(t).name}",
+                lambda x, i, u: _at(x)[i].subtract(u),
+                [(4, 2), (7,), (7, 2)],
+                dtypes=[t, _I32, t],
+                variants=["f64"] if np.dtype(t).itemsize == 8 else None,
+            )
+            for t in (np.int8, np.uint8, np.int32, np.uint32, np.uint64)
+        ),
+        *_whole_cases("scatter_sub", "subtract"),
+        case(
+            "opset13_duplicates",
+            lambda x, i, u: _at(x)[i].subtract(u),
+            [(5, "B"), (8,), (8, "B")],
+            dtypes=[None, _I32, None],
+            opset=13,
+            expect=["Loop -> Slice:5xB"],
+        ),
+        *(
+            case(
+                f"opset13_duplicates_{np.dtype(t).name}",
+                lambda x, i, u: _at(x)[i].subtract(u),
+                [(4, 2), (7,), (7, 2)],
+                dtypes=[t, _I32, t],
+                variants=["f64"] if np.dtype(t).itemsize == 8 else None,
+                opset=13,
+            )
+            for t in (np.uint8, np.uint64)
+        ),
+    ]
+
+
+def scatter_mul_cases():
+    return [
+        case(
+            "duplicates",
+            lambda x, i, u: _at(x)[i].multiply(u),
+            [(5, "B"), (8,), (8, "B")],
+            dtypes=[None, _I32, None],
+        ),
+        case(
+            "vmap",
+            lambda x, i, u: _vmapped("multiply")(x, i, u),
+            [(3, 4), (3, 5), (3, 5)],
+            dtypes=[None, _I32, None],
+        ),
+        *(
+            case(
+                f"duplicates_{np.dtype(t).name}",
+                lambda x, i, u: _at(x)[i].multiply(u),
+                [(4, 2), (7,), (7, 2)],
+                dtypes=[t, _I32, t],
+            )
+            for t in (np.int8, np.uint8, np.int32)
+        ),
+        *_whole_cases("scatter_mul", "multiply"),
+        case(
+            "opset13_duplicates",
+            lambda x, i, u: _at(x)[i].multiply(u),
+            [(5, "B"), (8,), (8, "B")],
+            dtypes=[None, _I32, None],
+            opset=13,
+            expect=["Loop -> Slice:5xB"],
+        ),
+        case(
+            "opset13_duplicates_int16",
             lambda x, i, u: _at(x)[i].multiply(u),
             [(4, 2), (7,), (7, 2)],
-            dtypes=[t, _I32, t],
-        )
-        for t in (np.int8, np.uint8, np.int32)
-    ),
-    *_whole_cases("scatter_mul", "multiply"),
-    case(
-        "opset13_duplicates",
-        lambda x, i, u: _at(x)[i].multiply(u),
-        [(5, "B"), (8,), (8, "B")],
-        dtypes=[None, _I32, None],
-        opset=13,
-        expect=["Loop -> Slice:5xB"],
-    ),
-    case(
-        "opset13_duplicates_int16",
-        lambda x, i, u: _at(x)[i].multiply(u),
-        [(4, 2), (7,), (7, 2)],
-        dtypes=[np.int16, _I32, np.int16],
-        opset=13,
-    ),
-]
+            dtypes=[np.int16, _I32, np.int16],
+            opset=13,
+        ),
+    ]
+
 
 _NANS = np.array([[np.nan, 1.0], [2.0, 0.5], [3.0, -1.0], [4.0, -0.5]], np.float32)
 _NAN_UPDATES = np.array([[1, 2], [np.nan, 0], [2, 7], [5, np.nan], [np.nan] * 2], np.float32)

@@ -251,19 +251,19 @@ def _float_cases(name: str, fn, **kw) -> list:
 
 family.add_cases(
     lax.add_p,
-    [
+    lambda: [
         case("add_scalar_literal", lambda x: x + 1.5, [("B", 3)]),
         *_float_cases("add", lax.add),
         *int_cases("add", lax.add),
     ],
 )
 family.add_cases(
-    "add_any", [case("grad_fanout", jax.grad(lambda x: (jnp.tanh(x) * x).sum()), [(4,)])]
+    "add_any", lambda: [case("grad_fanout", jax.grad(lambda x: (jnp.tanh(x) * x).sum()), [(4,)])]
 )
-family.add_cases(lax.sub_p, [*_float_cases("sub", lax.sub), *int_cases("sub", lax.sub)])
+family.add_cases(lax.sub_p, lambda: [*_float_cases("sub", lax.sub), *int_cases("sub", lax.sub)])
 family.add_cases(
     lax.mul_p,
-    [
+    lambda: [
         case("mul_graph", lax.mul, [(2, 3), (2, 3)], expect=["Mul:2x3"]),
         *_float_cases("mul", lax.mul),
         *int_cases("mul", lax.mul),
@@ -271,7 +271,7 @@ family.add_cases(
 )
 family.add_cases(
     lax.div_p,
-    [
+    lambda: [
         *_float_cases("div", lax.div, input_range=(0.5, 3.0)),
         case(
             "div_int_truncates",
@@ -290,7 +290,7 @@ family.add_cases(
 )
 family.add_cases(
     lax.rem_p,
-    [
+    lambda: [
         *_float_cases("rem", lax.rem, input_range=(0.5, 3.0)),
         case("rem_signs", lax.rem, [np.array([5.5, -5.5, 5.5, -5.5]), np.array([2, 2, -2, -2.0])]),
         case(
@@ -303,16 +303,27 @@ family.add_cases(
         *int_cases("rem", lax.rem),
     ],
 )
+
+
+def _extremum_cases(prim, fn):
+    return [
+        *_float_cases(prim.name, fn),
+        case(f"{prim.name}_nan", fn, _NAN_PAIR),
+        case(f"{prim.name}_bool", fn, _BOOLS),
+        *int_cases(prim.name, fn),
+    ]
+
+
+def _comparison_cases(prim, fn):
+    return [
+        *_float_cases(prim.name, fn),
+        case(f"{prim.name}_bool", fn, _BOOLS),
+        *int_cases(prim.name, fn),
+    ]
+
+
 for _prim, _fn in ((lax.max_p, lax.max), (lax.min_p, lax.min)):
-    family.add_cases(
-        _prim,
-        [
-            *_float_cases(_prim.name, _fn),
-            case(f"{_prim.name}_nan", _fn, _NAN_PAIR),
-            case(f"{_prim.name}_bool", _fn, _BOOLS),
-            *int_cases(_prim.name, _fn),
-        ],
-    )
+    family.add_cases(_prim, functools.partial(_extremum_cases, _prim, _fn))
 for _prim, _fn in (
     (lax.eq_p, lax.eq),
     (lax.ne_p, lax.ne),
@@ -321,17 +332,10 @@ for _prim, _fn in (
     (lax.gt_p, lax.gt),
     (lax.ge_p, lax.ge),
 ):
-    family.add_cases(
-        _prim,
-        [
-            *_float_cases(_prim.name, _fn),
-            case(f"{_prim.name}_bool", _fn, _BOOLS),
-            *int_cases(_prim.name, _fn),
-        ],
-    )
+    family.add_cases(_prim, functools.partial(_comparison_cases, _prim, _fn))
 family.add_cases(
     lax.atan2_p,
-    [
+    lambda: [
         case("atan2", lax.atan2, [("B", 5), ("B", 5)]),
         case("atan2_special", lax.atan2, _SPECIAL_PAIRS),
         case(
@@ -355,7 +359,7 @@ def _clamp_scalar(x):
 
 family.add_cases(
     lax.clamp_p,
-    [
+    lambda: [
         case("clamp_scalar", _clamp_scalar, [("B", 4)], expect=["Clip"]),
         case("clamp_scalar_nan_x", _clamp_scalar, [_SPECIAL]),
         case("clamp_arrays", lax.clamp, [(2, 3), (2, 3), (2, 3)], counts={"Clip": 0}),
@@ -398,7 +402,7 @@ family.add_cases(
 )
 family.add_cases(
     lax.select_n_p,
-    [
+    lambda: [
         case(
             "select_bool",
             lambda p, a, b: lax.select_n(p, a, b),
@@ -461,15 +465,19 @@ def _total_order(ctx, x, y, kind):
 _ORDER_EDGES = np.array([-np.inf, -1.0, -0.0, 0.0, 1e-30, 1.0, np.inf, np.nan], np.float32)
 _ORDER_PAIRS = [np.repeat(_ORDER_EDGES, 8), np.tile(_ORDER_EDGES, 8)]
 
+
+def _total_order_cases(kind, prim):
+    return [
+        case(f"{kind}_to_edges", prim.bind, _ORDER_PAIRS),
+        case(f"{kind}_to", prim.bind, [("B", 4), ("B", 4)]),
+        case(f"{kind}_to_int", prim.bind, [(5,), (5,)], dtypes=[np.int32, np.int32]),
+    ]
+
+
 for _kind, _prim in (("lt", lax.lt_to_p), ("le", lax.le_to_p), ("eq", lax.eq_to_p)):
-    family.lowering(
-        _prim,
-        cases=[
-            case(f"{_kind}_to_edges", _prim.bind, _ORDER_PAIRS),
-            case(f"{_kind}_to", _prim.bind, [("B", 4), ("B", 4)]),
-            case(f"{_kind}_to_int", _prim.bind, [(5,), (5,)], dtypes=[np.int32, np.int32]),
-        ],
-    )(functools.partial(_total_order, kind=_kind))
+    family.lowering(_prim, cases=functools.partial(_total_order_cases, _kind, _prim))(
+        functools.partial(_total_order, kind=_kind)
+    )
 
 
 register = family.register

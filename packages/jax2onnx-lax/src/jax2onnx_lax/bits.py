@@ -376,7 +376,7 @@ _F16_BITS = np.array([1.5, -2.0, np.nan, -np.inf, 0.0, -0.0, 1e-7, 65504.0], np.
 _TINY32 = float(np.finfo(np.float32).smallest_subnormal)
 family.add_cases(
     lax.bitcast_convert_type_p,
-    [
+    lambda: [
         _bitcast_case("i32_to_u32", edges(np.int32), np.uint32, counts={"BitCast": 0}),
         _bitcast_case("u8_to_i8", edges(np.uint8), np.int8),
         _bitcast_case("i16_to_u16", edges(np.int16), np.uint16),
@@ -504,7 +504,7 @@ def _to_bits(x):
 _NEXT_DTYPES = (_F16, _BF16, _F32, _F64)
 family.add_cases(
     lax.nextafter_p,
-    [
+    lambda: [
         case("nextafter", lax.nextafter, [("B", 4), ("B", 4)], tolerances=_EXACT),
         case("nextafter_op26", lax.nextafter, [("B", 4), ("B", 4)], opset=26, expect=["BitCast"]),
         *(_nextafter_case(d) for d in _NEXT_DTYPES),
@@ -554,7 +554,7 @@ def _narrow(values, dtype) -> np.ndarray:
 _TO_F16, _TO_BF16 = _precision_edges(5, 10), _precision_edges(8, 7)
 family.add_cases(
     lax.reduce_precision_p,
-    [
+    lambda: [
         case("to_bfloat16", lambda x: lax.reduce_precision(x, 8, 7), [("B", 5)], tolerances=_EXACT),
         case("to_float16", lambda x: lax.reduce_precision(x, 5, 10), [("B", 5)], tolerances=_EXACT),
         case("to_float32", lambda x: lax.reduce_precision(x, 8, 23), [("B", 5)]),

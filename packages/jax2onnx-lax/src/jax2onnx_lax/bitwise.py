@@ -12,6 +12,8 @@ built from BitShift, comparisons, bool logic and 32/64-bit arithmetic (``_intbit
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 from jax import lax
 
@@ -237,22 +239,24 @@ def mulhi(ctx, x, y):
 
 _BOOLS = [np.array([True, True, False, False]), np.array([True, False, True, False])]
 
+
+def _logic_cases(prim, fn):
+    return [
+        case(f"{prim.name}_bool", fn, _BOOLS),
+        case(f"{prim.name}_bool_opset17", fn, _BOOLS, opset=17),
+        *int_cases(prim.name, fn),
+    ]
+
+
 for _prim, _fn in (
     (lax.and_p, lax.bitwise_and),
     (lax.or_p, lax.bitwise_or),
     (lax.xor_p, lax.bitwise_xor),
 ):
-    family.add_cases(
-        _prim,
-        [
-            case(f"{_prim.name}_bool", _fn, _BOOLS),
-            case(f"{_prim.name}_bool_opset17", _fn, _BOOLS, opset=17),
-            *int_cases(_prim.name, _fn),
-        ],
-    )
+    family.add_cases(_prim, functools.partial(_logic_cases, _prim, _fn))
 family.add_cases(
     lax.not_p,
-    [
+    lambda: [
         case("not_bool", lax.bitwise_not, [_BOOLS[0]], expect=["Not"]),
         case("not_symbolic", lax.bitwise_not, [("B", 3)], dtypes=[np.int32]),
         *[
@@ -271,21 +275,22 @@ def _shift_pairs(dtype) -> list[np.ndarray]:
     return [np.repeat(values, len(amounts)), np.tile(amounts, len(values))]
 
 
+def _shift_cases(prim, fn):
+    return [
+        case(f"{prim.name}_symbolic", fn, [("B", 3), ("B", 3)], dtypes=[np.int32] * 2),
+        *[
+            case(f"{prim.name}_{np.dtype(d).name}", fn, _shift_pairs(d), variants=x64(d))
+            for d in INTS
+        ],
+    ]
+
+
 for _prim, _fn in (
     (lax.shift_left_p, lax.shift_left),
     (lax.shift_right_logical_p, lax.shift_right_logical),
     (lax.shift_right_arithmetic_p, lax.shift_right_arithmetic),
 ):
-    family.add_cases(
-        _prim,
-        [
-            case(f"{_prim.name}_symbolic", _fn, [("B", 3), ("B", 3)], dtypes=[np.int32] * 2),
-            *[
-                case(f"{_prim.name}_{np.dtype(d).name}", _fn, _shift_pairs(d), variants=x64(d))
-                for d in INTS
-            ],
-        ],
-    )
+    family.add_cases(_prim, functools.partial(_shift_cases, _prim, _fn))
 
 
 def _bit_values(dtype) -> np.ndarray:
@@ -296,20 +301,21 @@ def _bit_values(dtype) -> np.ndarray:
     return np.array(patterns, np.uint64).astype(dtype)
 
 
-for _prim, _fn in ((lax.population_count_p, lax.population_count), (lax.clz_p, lax.clz)):
-    family.add_cases(
-        _prim,
-        [
-            case(f"{_prim.name}_symbolic", _fn, [("B", 3)], dtypes=[np.int32]),
-            *[
-                case(f"{_prim.name}_{np.dtype(d).name}", _fn, [_bit_values(d)], variants=x64(d))
-                for d in INTS
-            ],
+def _count_cases(prim, fn):
+    return [
+        case(f"{prim.name}_symbolic", fn, [("B", 3)], dtypes=[np.int32]),
+        *[
+            case(f"{prim.name}_{np.dtype(d).name}", fn, [_bit_values(d)], variants=x64(d))
+            for d in INTS
         ],
-    )
+    ]
+
+
+for _prim, _fn in ((lax.population_count_p, lax.population_count), (lax.clz_p, lax.clz)):
+    family.add_cases(_prim, functools.partial(_count_cases, _prim, _fn))
 family.add_cases(
     lax.mulhi_p,
-    [
+    lambda: [
         case("mulhi_symbolic", lax.mulhi, [("B", 3), ("B", 3)], dtypes=[np.int32] * 2),
         case(
             "mulhi_by_scalar",
@@ -340,7 +346,7 @@ def _counts_all(x):
 
 family.add_cases(
     lax.xor_p,
-    [
+    lambda: [
         case(
             "logic_opset13_symbolic",
             _logic_all,
@@ -352,32 +358,28 @@ family.add_cases(
         case("logic_opset13_scalar", _logic_all, [np.int16(-300), np.int16(0x5A5A)], opset=13),
     ],
 )
+
+
+def _opset13_cases(kind, dtype):
+    """``logic``, ``counts`` or ``shifts`` at opset 13 on edge values of ``dtype``."""
+    fn, inputs = {
+        "logic": (_logic_all, all_pairs),
+        "counts": (_counts_all, lambda d: [_bit_values(d)]),
+        "shifts": (_shifts_all, _shift_pairs),
+    }[kind]
+    name = f"{kind}_opset13_{np.dtype(dtype).name}"
+    return [case(name, fn, inputs(dtype), variants=x64(dtype), opset=13)]
+
+
 for _i, _d in enumerate(INTS):
-    _name = np.dtype(_d).name
     family.add_cases(
         (lax.and_p, lax.or_p, lax.xor_p, lax.not_p)[(_i + _i // 4) % 4],  # 64 bits apart
-        [case(f"logic_opset13_{_name}", _logic_all, all_pairs(_d), variants=x64(_d), opset=13)],
+        functools.partial(_opset13_cases, "logic", _d),
     )
     family.add_cases(
-        (lax.population_count_p, lax.clz_p)[_i % 2],
-        [
-            case(
-                f"counts_opset13_{_name}",
-                _counts_all,
-                [_bit_values(_d)],
-                variants=x64(_d),
-                opset=13,
-            )
-        ],
+        (lax.population_count_p, lax.clz_p)[_i % 2], functools.partial(_opset13_cases, "counts", _d)
     )
-    family.add_cases(
-        lax.shift_right_arithmetic_p,
-        [
-            case(
-                f"shifts_opset13_{_name}", _shifts_all, _shift_pairs(_d), variants=x64(_d), opset=13
-            )
-        ],
-    )
+    family.add_cases(lax.shift_right_arithmetic_p, functools.partial(_opset13_cases, "shifts", _d))
 
 
 register = family.register

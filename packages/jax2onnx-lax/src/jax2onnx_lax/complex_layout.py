@@ -41,7 +41,7 @@ def _bind(ctx, prim, inputs, **params):
 @family.lowering(
     lax.reshape_p,
     values="complex",
-    cases=[
+    cases=lambda: [
         case(
             "complex_reshape",
             lambda z: z.reshape(z.shape[0], -1),
@@ -69,7 +69,7 @@ def reshape(ctx, x, *dyn, new_sizes, dimensions, **params):
 @family.lowering(
     lax.broadcast_in_dim_p,
     values="complex",
-    cases=[
+    cases=lambda: [
         case(
             "complex_broadcast",
             lambda z: jnp.broadcast_to(z, (2, *z.shape)),
@@ -101,7 +101,7 @@ def broadcast_in_dim(ctx, x, *dyn, shape, broadcast_dimensions, **params):
 @family.lowering(
     lax.transpose_p,
     values="complex",
-    cases=[
+    cases=lambda: [
         case(
             "complex_transpose",
             lambda z: z.T,
@@ -132,12 +132,12 @@ _AXES_DOC = "Its axis parameters name logical axes, which the stored array keeps
 _same_params(
     lax.squeeze_p,
     _AXES_DOC,
-    [case("complex_squeeze", lambda z: jnp.squeeze(z, 1), [("B", 1, 3)], dtypes=_C)],
+    lambda: [case("complex_squeeze", lambda z: jnp.squeeze(z, 1), [("B", 1, 3)], dtypes=_C)],
 )
 _same_params(
     lax.concatenate_p,
     _AXES_DOC,
-    [
+    lambda: [
         case(
             "complex_concat",
             lambda a, b: jnp.concatenate([a, b], axis=1),
@@ -152,12 +152,12 @@ _same_params(
 _same_params(
     lax.rev_p,
     _AXES_DOC,
-    [case("complex_flip", lambda z: jnp.flip(z, (0, 1)), [("B", 4)], dtypes=_C)],
+    lambda: [case("complex_flip", lambda z: jnp.flip(z, (0, 1)), [("B", 4)], dtypes=_C)],
 )
 _same_params(
     lax.split_p,
     _AXES_DOC,
-    [
+    lambda: [
         case(
             "complex_split",
             lambda z: jnp.split(z, [1, 3], axis=1),
@@ -170,7 +170,7 @@ _same_params(
 _same_params(
     lax.stack_p,
     _AXES_DOC,
-    [
+    lambda: [
         case(
             "complex_stack",
             lambda a, b: lax.stack([a, b], axis=1),
@@ -182,12 +182,12 @@ _same_params(
 _same_params(
     lax.unstack_p,
     _AXES_DOC,
-    [case("complex_unstack", lambda z: lax.unstack(z, axis=1), [(2, 3)], dtypes=_C)],
+    lambda: [case("complex_unstack", lambda z: lax.unstack(z, axis=1), [(2, 3)], dtypes=_C)],
 )
 _same_params(
     lax.cumsum_p,
     "Planewise: the cumulative sum of each part, along the same axis.",
-    [
+    lambda: [
         case("complex_cumsum", lambda z: jnp.cumsum(z, axis=1), [("B", 4)], dtypes=_C),
         case(
             "complex_cumsum_reverse", lambda z: lax.cumsum(z, 0, reverse=True), [(4, 2)], dtypes=_C
@@ -197,7 +197,7 @@ _same_params(
 _same_params(
     lax.reduce_sum_p,
     "Planewise: the sum of each part over the same axes.",
-    [
+    lambda: [
         case(
             "complex_sum",
             lambda z: jnp.sum(z, axis=(0, 2)),
@@ -213,7 +213,7 @@ _same_params(
 @family.lowering(
     lax.slice_p,
     values="complex",
-    cases=[
+    cases=lambda: [
         case(
             "complex_slice",
             lambda z: lax.slice_in_dim(z, 1, 3, axis=1),
@@ -251,7 +251,7 @@ def _pad_parts(x, value, *, config):
 @family.lowering(
     lax.pad_p,
     values="complex",
-    cases=[
+    cases=lambda: [
         case(
             "complex_pad_zero",
             lambda z: lax.pad(z, jnp.zeros((), z.dtype), ((1, 2, 0), (0, -1, 0))),
@@ -291,7 +291,7 @@ def _zero_like(index):
 @family.lowering(
     lax.dynamic_slice_p,
     values="complex",
-    cases=[
+    cases=lambda: [
         case(
             "complex_dynamic_slice",
             lambda z, i: lax.dynamic_slice(z, (i, jnp.ones_like(i)), (2, 2)),
@@ -322,7 +322,7 @@ def dynamic_slice(ctx, x, *operands, slice_sizes):
 @family.lowering(
     lax.dynamic_update_slice_p,
     values="complex",
-    cases=[
+    cases=lambda: [
         case(
             "complex_dynamic_update",
             lambda z, w, i: lax.dynamic_update_slice(z, w, (i, jnp.zeros_like(i))),
@@ -352,7 +352,7 @@ def _select_cases(pred, *cases):
 @family.lowering(
     lax.select_n_p,
     values="complex",
-    cases=[
+    cases=lambda: [
         case(
             "complex_where",
             lambda c, a, b: jnp.where(c, a, b),
@@ -399,7 +399,7 @@ def select_n(ctx, pred, *cases):
     lax.device_put_p,
     lax.optimization_barrier_p,
     values="complex",
-    cases=[case("complex_copy", lambda z: jnp.copy(z), [("B", 3)], dtypes=_C)],
+    cases=lambda: [case("complex_copy", lambda z: jnp.copy(z), [("B", 3)], dtypes=_C)],
 )
 def copy(ctx, *inputs, **_):
     """Values pass through unchanged."""
@@ -422,7 +422,7 @@ _GATHER_TAKE = [(5, 3), (4,)]
 @family.lowering(
     lax.gather_p,
     values="complex",
-    cases=[
+    cases=lambda: [
         case(
             "complex_take_rows",
             lambda z, i: z[i],
@@ -484,7 +484,7 @@ def _grad_through_layout(x):
 
 family.add_cases(
     "jnp.complex_layout",
-    [
+    lambda: [
         case("complex_mean", lambda z: jnp.mean(z, axis=0), [("B", 3)], dtypes=_C),
         case("complex_kron", jnp.kron, [(2, 2), (2, 3)], dtypes=_CC),
         case("complex_outer", jnp.outer, [(3,), ("B",)], dtypes=_CC),

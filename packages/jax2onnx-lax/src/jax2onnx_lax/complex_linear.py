@@ -88,7 +88,7 @@ def _dg(lc, rc, lb=(), rb=()):
 @family.lowering(
     lax.dot_general_p,
     values="complex",
-    cases=[
+    cases=lambda: [
         case(
             "complex_matmul",
             jnp.matmul,
@@ -176,7 +176,7 @@ def _conv_nd(dn=None, groups=1, **kw):
 @family.lowering(
     lax.conv_general_dilated_p,
     values="complex",
-    cases=[
+    cases=lambda: [
         case("complex_conv", _conv_nd(), [("B", 2, 5, 5), (3, 2, 3, 3)], dtypes=_CC),
         case(
             "complex_conv_nhwc_groups",
@@ -230,7 +230,7 @@ def _complex_rotate(z, w):
 
 family.add_cases(
     lax.while_p,
-    [
+    lambda: [
         case("complex_fori_rotate", lambda z: _rotate(z, 5), [("B", 3)], dtypes=_C),
         case(
             "complex_fori_traced",
@@ -244,7 +244,7 @@ family.add_cases(
 )
 family.add_cases(
     lax.scan_p,
-    [
+    lambda: [
         case("complex_scan", _scan_powers, [(4, "B")], dtypes=_C),
         case(
             "complex_cumsum_scan", lambda z: lax.associative_scan(jnp.add, z), [(5, 2)], dtypes=_C
@@ -253,7 +253,7 @@ family.add_cases(
 )
 family.add_cases(
     lax.cond_p,
-    [
+    lambda: [
         case(
             "complex_cond",
             lambda p, a, b: lax.cond(p > 0, lambda: a * b, lambda: a - jnp.conj(b)),
@@ -271,7 +271,7 @@ family.add_cases(
 )
 family.add_cases(
     "onnx_function",
-    [
+    lambda: [
         case(
             "complex_function",
             lambda z, w: _complex_rotate(_complex_rotate(z, w), w),

@@ -92,7 +92,7 @@ def _static(ctx, axes) -> bool:
 @family.lowering(
     lax.reduce_prod_p,
     values="complex",
-    cases=[
+    cases=lambda: [
         case(
             "complex_prod", lambda z: jnp.prod(z, axis=1), [("B", 5)], dtypes=_C, counts={"Atan": 0}
         ),
@@ -155,7 +155,7 @@ def _cumprod(x, *, axis, reverse, static):
 @family.lowering(
     lax.cumprod_p,
     values="complex",
-    cases=[
+    cases=lambda: [
         case("complex_cumprod", lambda z: jnp.cumprod(z, axis=1), [("B", 6)], dtypes=_C),
         case(
             "complex_cumprod_reverse",
@@ -223,7 +223,7 @@ _SORT_EDGE = np.array(
 @family.lowering(
     lax.sort_p,
     values="complex",
-    cases=[
+    cases=lambda: [
         case("complex_sort", lambda z: jnp.sort(z, axis=1), [("B", 5)], dtypes=_C),
         case("complex_sort_edges", jnp.sort, [_SORT_EDGE]),
         case(
@@ -265,7 +265,7 @@ _TIES = np.array([[2 + 1j, -1 + 5j, 2 + 3j], [2 - 4j, 1 + 0j, -1 + 2j]], np.comp
 @family.lowering(
     lax.reduce_max_p,
     values="complex",
-    cases=[
+    cases=lambda: [
         case("complex_max", lambda z: jnp.max(z, axis=1), [("B", 4)], dtypes=_C),
         case("complex_max_ties", lambda z: jnp.max(z, axis=1), [_TIES]),
         case("complex_max_ties_all", jnp.max, [_TIES]),
@@ -281,7 +281,7 @@ def reduce_max(ctx, x, *, axes, **_):
 @family.lowering(
     lax.reduce_min_p,
     values="complex",
-    cases=[
+    cases=lambda: [
         case("complex_min", lambda z: jnp.min(z, axis=(0, 1)), [(3, "B", 2)], dtypes=_C),
         case("complex_min_ties", lambda z: jnp.min(z, axis=0), [_TIES]),
     ],

@@ -53,7 +53,7 @@ for _prim, _fn, _cases in [
     (
         lax.scatter_p,
         lax.scatter,
-        [
+        lambda: [
             _scatter_case("complex_at_set", lambda z, i, w: jnp.asarray(z).at[i].set(w)),
             _scatter_case(
                 "complex_at_set_scalar",
@@ -66,7 +66,7 @@ for _prim, _fn, _cases in [
     (
         lax.scatter_add_p,
         lax.scatter_add,
-        [
+        lambda: [
             _scatter_case("complex_at_add", lambda z, i, w: jnp.asarray(z).at[i].add(w)),
             _scatter_case(
                 "complex_at_add_grad",
@@ -79,7 +79,9 @@ for _prim, _fn, _cases in [
     (
         lax.scatter_sub_p,
         lax.scatter_sub,
-        [_scatter_case("complex_at_subtract", lambda z, i, w: jnp.asarray(z).at[i].subtract(w))],
+        lambda: [
+            _scatter_case("complex_at_subtract", lambda z, i, w: jnp.asarray(z).at[i].subtract(w))
+        ],
     ),
 ]:
     _rule = _scatter_with(_fn)
@@ -128,7 +130,7 @@ def _scatter_mul_polar(z, indices, w, *, dimension_numbers, **kw):
 @family.lowering(
     lax.scatter_mul_p,
     values="complex",
-    cases=[
+    cases=lambda: [
         _scatter_case(
             "complex_at_multiply_unique",
             lambda z, w: jnp.asarray(z).at[1].multiply(w),

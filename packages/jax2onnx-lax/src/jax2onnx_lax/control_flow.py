@@ -219,7 +219,7 @@ def _raw_cond(i, x):
 
 family.add_cases(
     lax.cond_p,
-    [
+    lambda: [
         case(
             "cond_both_branches",
             _both_ways,
@@ -289,7 +289,7 @@ def _recurrent(h):
 
 family.add_cases(
     lax.while_p,
-    [
+    lambda: [
         case("counter_and_float", _count_to_ten, [("B", 3)], expect=["Loop"], counts={"Loop": 1}),
         case(
             "fori_dynamic_trip_count",
@@ -374,7 +374,7 @@ def _nested_scan(xs):
 
 family.add_cases(
     lax.scan_p,
-    [
+    lambda: [
         case(
             "forward",
             lambda xs: lax.scan(lambda c, x: (c + x, c * x), jnp.zeros(xs.shape[1:], xs.dtype), xs),

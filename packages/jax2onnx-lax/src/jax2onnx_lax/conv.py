@@ -130,207 +130,216 @@ _F32 = ["f32"]  # cases pinning Conv/ConvTranspose: float64 has no ORT kernel (s
 _NHWC = ("NHWC", "HWIO", "NHWC")
 _NCHW = ("NCHW", "OIHW", "NCHW")
 _KERNEL_HWIO = np.linspace(-1.0, 1.0, 3 * 3 * 2 * 4, dtype=np.float32).reshape(3, 3, 2, 4)
-_CASES = [
-    case(
-        "nchw_same",
-        _conv((1, 1), "SAME"),
-        [("B", 3, 6, 6), (4, 3, 3, 3)],
-        expect=["Conv:Bx4x6x6"],
-        counts={"Transpose": 0},
-        variants=_F32,
-    ),
-    case(
-        "nchw_same_f64",
-        _conv((1, 1), "SAME"),
-        [("B", 3, 6, 6), (4, 3, 3, 3)],
-        expect=["Slice -> Concat -> Reshape -> MatMul"],
-        counts={"Conv": 0, "Transpose": 0},
-        variants=["f64"],
-    ),
-    case(
-        "nhwc_hwio",
-        _conv((1, 1), "SAME", _NHWC),
-        [("B", 6, 6, 2), (3, 3, 2, 4)],
-        expect=["Transpose -> Conv -> Transpose:Bx6x6x4"],
-        counts={"Transpose": 3},
-        variants=_F32,
-    ),
-    case(
-        "nhwc_const_kernel",
-        lambda x: lax.conv_general_dilated(
-            x, _KERNEL_HWIO, (1, 1), "VALID", dimension_numbers=_NHWC
-        ),
-        [("B", 6, 5, 2)],
-        expect=["Transpose -> Conv -> Transpose:Bx4x3x4"],
-        counts={"Transpose": 2},
-        variants=_F32,
-    ),
-    case("nhwc_any_dtype", _conv((2, 1), ((1, 0), (2, 1)), _NHWC), [("B", 7, 6, 2), (3, 2, 2, 4)]),
-    case(
-        "conv1d_nwc_strided",
-        _conv((2,), "VALID", ("NWC", "WIO", "NWC")),
-        [("B", 10, 3), (3, 3, 5)],
-        expect=["Conv"],
-        variants=_F32,
-    ),
-    case("conv1d_symbolic_length", _conv((1,), "SAME"), [("B", 3, "T"), (4, 3, 3)]),
-    case(
-        "conv3d_asymmetric_pads",
-        _conv((1, 2, 1), ((1, 0), (0, 2), (2, 1))),
-        [("B", 2, 5, 6, 4), (3, 2, 2, 3, 2)],
-    ),
-    case(
-        "conv3d_ndhwc",
-        _conv((1, 1, 1), "SAME", ("NDHWC", "DHWIO", "NDHWC")),
-        [(2, 4, 5, 3, 2), (2, 3, 2, 2, 3)],
-    ),
-    case(
-        "odd_layouts",
-        _conv((1, 2), "SAME", ("HNCW", "WOIH", "CWNH")),
-        [(6, "B", 3, 7), (3, 4, 3, 2)],
-    ),
-    case(
-        "rhs_dilation", _conv((1, 1), "SAME", rhs_dilation=(2, 3)), [("B", 2, 9, 9), (3, 2, 3, 3)]
-    ),
-    case(
-        "feature_groups",
-        _conv((1, 1), "VALID", feature_group_count=2),
-        [("B", 4, 6, 6), (6, 2, 3, 3)],
-    ),
-    case(
-        "depthwise",
-        _conv((2, 2), "SAME", _NHWC, feature_group_count=3),
-        [("B", 7, 7, 3), (3, 3, 1, 6)],
-    ),
-    case(
-        "negative_padding",
-        _conv((1, 1), ((-1, 2), (1, -2))),
-        [("B", 2, 7, 8), (3, 2, 3, 3)],
-        expect=["Slice -> Conv"],
-        variants=_F32,
-    ),
-    case("negative_padding_f64", _conv((2, 1), ((-2, 1), (0, -3))), [(2, 2, 8, 9), (3, 2, 2, 3)]),
-    case(
-        "batch_groups",
-        _conv((1, 1), "VALID", batch_group_count=2),
-        [(4, 3, 6, 6), (4, 3, 3, 3)],
-    ),
-    case(
-        "conv_transpose",
-        lambda x, w: lax.conv_transpose(x, w, (2, 2), "SAME", dimension_numbers=_NHWC),
-        [("B", 5, 5, 2), (3, 3, 2, 4)],
-        expect=["Transpose -> ConvTranspose -> Transpose:Bx10x10x4"],
-        counts={"Conv": 0},
-        variants=_F32,
-    ),
-    case(
-        "conv_transpose_const_kernel",
-        lambda x: lax.conv_transpose(x, _KERNEL_HWIO, (2, 1), "VALID", dimension_numbers=_NHWC),
-        [("B", 4, 5, 2)],
-        expect=["ConvTranspose"],
-        counts={"Transpose": 2, "Slice": 0},
-        variants=_F32,
-    ),
-    case(
-        "conv_transpose_any",
-        lambda x, w: lax.conv_transpose(
-            x, w, (3, 2), ((2, 1), (0, 3)), rhs_dilation=(1, 2), dimension_numbers=_NCHW
-        ),
-        [("B", 2, 4, 5), (4, 2, 3, 2)],
-    ),
-    case(
-        "lhs_dilation_strided",
-        _conv((2, 2), ((1, 1), (2, 0)), lhs_dilation=(2, 3)),
-        [("B", 2, 4, 5), (3, 2, 3, 3)],
-        expect=["Pad -> Reshape -> Slice -> Conv"],
-        counts={"ConvTranspose": 0},
-        variants=_F32,
-    ),
-    case(
-        "lhs_dilation_wide_pads",
-        _conv((1, 1), ((3, 4), (0, 0)), lhs_dilation=(2, 2), feature_group_count=2),
-        [("B", 4, 4, 5), (4, 2, 2, 2)],
-    ),
-    case(
-        "grad_input",
-        _grad(_conv((2, 2), "SAME", _NHWC), 0),
-        [("B", 6, 6, 2), (3, 3, 2, 4)],
-    ),
-    case(
-        "grad_input_grouped",
-        _grad(_conv((2, 1), ((1, 1), (0, 2)), feature_group_count=2), 0),
-        [("B", 4, 7, 5), (6, 2, 3, 2)],
-    ),
-    case(
-        "grad_weights",
-        _grad(_conv((2, 2), "SAME", _NHWC), 1),
-        [("B", 6, 6, 2), (3, 3, 2, 4)],
-    ),
-    case(
-        "grad_weights_grouped",
-        _grad(_conv((1, 1), "SAME", feature_group_count=2), 1),
-        [("B", 4, 5, 5), (6, 2, 3, 3)],
-        expect=["Conv"],
-        variants=_F32,
-    ),
-    case(
-        "grad_weights_grouped_f64",
-        _grad(_conv((1, 2), "SAME", feature_group_count=2), 1),
-        [(2, 4, 5, 6), (6, 2, 3, 3)],
-        variants=["f64"],
-    ),
-    case("int32", _conv((1,), "SAME"), [(2, 3, 7), (4, 3, 3)], dtypes=[np.int32] * 2),
-    case(
-        "int8_wraps",
-        _conv((1, 1), "VALID"),
-        [(1, 3, 5, 5), (2, 3, 3, 3)],
-        dtypes=[np.int8] * 2,
-        input_range=(-128, 128),
-    ),
-    case(
-        "int8_to_int32",
-        _conv((1, 1), "SAME", preferred_element_type=np.int32),
-        [(2, 3, 5, 5), (2, 3, 3, 3)],
-        dtypes=[np.int8] * 2,
-        input_range=(-128, 128),
-    ),
-    case(
-        "int64",
-        _conv((1,), "VALID"),
-        [(2, 3, 7), (4, 3, 3)],
-        dtypes=[np.int64] * 2,
-        variants=["f64"],
-    ),
-    case(
-        "f16",
-        _conv((1, 1), "SAME"),
-        [(2, 3, 5, 5), (2, 3, 3, 3)],
-        dtypes=[np.float16] * 2,
-        expect=["Conv"],
-    ),
-    case(
-        "f16_to_float32",
-        _conv((1, 1), "SAME", preferred_element_type=np.float32),
-        [(2, 3, 5, 5), (2, 3, 3, 3)],
-        dtypes=[np.float16] * 2,
-        expect=["Cast -> Conv"],
-    ),
-    case(  # bf16 made inside: ONNX Runtime's Python API cannot take bfloat16 inputs
-        "bf16_to_float32",
-        lambda x, w: lax.conv_general_dilated(
-            x.astype(jax.numpy.bfloat16),
-            w.astype(jax.numpy.bfloat16),
-            (1, 1),
-            "SAME",
-            preferred_element_type=np.float32,
-        ),
-        [(2, 3, 5, 5), (2, 3, 3, 3)],
-        variants=_F32,
-    ),
-]
 
 
-@family.lowering(lax.conv_general_dilated_p, cases=_CASES)
+def _conv_cases():
+    return [
+        case(
+            "nchw_same",
+            _conv((1, 1), "SAME"),
+            [("B", 3, 6, 6), (4, 3, 3, 3)],
+            expect=["Conv:Bx4x6x6"],
+            counts={"Transpose": 0},
+            variants=_F32,
+        ),
+        case(
+            "nchw_same_f64",
+            _conv((1, 1), "SAME"),
+            [("B", 3, 6, 6), (4, 3, 3, 3)],
+            expect=["Slice -> Concat -> Reshape -> MatMul"],
+            counts={"Conv": 0, "Transpose": 0},
+            variants=["f64"],
+        ),
+        case(
+            "nhwc_hwio",
+            _conv((1, 1), "SAME", _NHWC),
+            [("B", 6, 6, 2), (3, 3, 2, 4)],
+            expect=["Transpose -> Conv -> Transpose:Bx6x6x4"],
+            counts={"Transpose": 3},
+            variants=_F32,
+        ),
+        case(
+            "nhwc_const_kernel",
+            lambda x: lax.conv_general_dilated(
+                x, _KERNEL_HWIO, (1, 1), "VALID", dimension_numbers=_NHWC
+            ),
+            [("B", 6, 5, 2)],
+            expect=["Transpose -> Conv -> Transpose:Bx4x3x4"],
+            counts={"Transpose": 2},
+            variants=_F32,
+        ),
+        case(
+            "nhwc_any_dtype", _conv((2, 1), ((1, 0), (2, 1)), _NHWC), [("B", 7, 6, 2), (3, 2, 2, 4)]
+        ),
+        case(
+            "conv1d_nwc_strided",
+            _conv((2,), "VALID", ("NWC", "WIO", "NWC")),
+            [("B", 10, 3), (3, 3, 5)],
+            expect=["Conv"],
+            variants=_F32,
+        ),
+        case("conv1d_symbolic_length", _conv((1,), "SAME"), [("B", 3, "T"), (4, 3, 3)]),
+        case(
+            "conv3d_asymmetric_pads",
+            _conv((1, 2, 1), ((1, 0), (0, 2), (2, 1))),
+            [("B", 2, 5, 6, 4), (3, 2, 2, 3, 2)],
+        ),
+        case(
+            "conv3d_ndhwc",
+            _conv((1, 1, 1), "SAME", ("NDHWC", "DHWIO", "NDHWC")),
+            [(2, 4, 5, 3, 2), (2, 3, 2, 2, 3)],
+        ),
+        case(
+            "odd_layouts",
+            _conv((1, 2), "SAME", ("HNCW", "WOIH", "CWNH")),
+            [(6, "B", 3, 7), (3, 4, 3, 2)],
+        ),
+        case(
+            "rhs_dilation",
+            _conv((1, 1), "SAME", rhs_dilation=(2, 3)),
+            [("B", 2, 9, 9), (3, 2, 3, 3)],
+        ),
+        case(
+            "feature_groups",
+            _conv((1, 1), "VALID", feature_group_count=2),
+            [("B", 4, 6, 6), (6, 2, 3, 3)],
+        ),
+        case(
+            "depthwise",
+            _conv((2, 2), "SAME", _NHWC, feature_group_count=3),
+            [("B", 7, 7, 3), (3, 3, 1, 6)],
+        ),
+        case(
+            "negative_padding",
+            _conv((1, 1), ((-1, 2), (1, -2))),
+            [("B", 2, 7, 8), (3, 2, 3, 3)],
+            expect=["Slice -> Conv"],
+            variants=_F32,
+        ),
+        case(
+            "negative_padding_f64", _conv((2, 1), ((-2, 1), (0, -3))), [(2, 2, 8, 9), (3, 2, 2, 3)]
+        ),
+        case(
+            "batch_groups",
+            _conv((1, 1), "VALID", batch_group_count=2),
+            [(4, 3, 6, 6), (4, 3, 3, 3)],
+        ),
+        case(
+            "conv_transpose",
+            lambda x, w: lax.conv_transpose(x, w, (2, 2), "SAME", dimension_numbers=_NHWC),
+            [("B", 5, 5, 2), (3, 3, 2, 4)],
+            expect=["Transpose -> ConvTranspose -> Transpose:Bx10x10x4"],
+            counts={"Conv": 0},
+            variants=_F32,
+        ),
+        case(
+            "conv_transpose_const_kernel",
+            lambda x: lax.conv_transpose(x, _KERNEL_HWIO, (2, 1), "VALID", dimension_numbers=_NHWC),
+            [("B", 4, 5, 2)],
+            expect=["ConvTranspose"],
+            counts={"Transpose": 2, "Slice": 0},
+            variants=_F32,
+        ),
+        case(
+            "conv_transpose_any",
+            lambda x, w: lax.conv_transpose(
+                x, w, (3, 2), ((2, 1), (0, 3)), rhs_dilation=(1, 2), dimension_numbers=_NCHW
+            ),
+            [("B", 2, 4, 5), (4, 2, 3, 2)],
+        ),
+        case(
+            "lhs_dilation_strided",
+            _conv((2, 2), ((1, 1), (2, 0)), lhs_dilation=(2, 3)),
+            [("B", 2, 4, 5), (3, 2, 3, 3)],
+            expect=["Pad -> Reshape -> Slice -> Conv"],
+            counts={"ConvTranspose": 0},
+            variants=_F32,
+        ),
+        case(
+            "lhs_dilation_wide_pads",
+            _conv((1, 1), ((3, 4), (0, 0)), lhs_dilation=(2, 2), feature_group_count=2),
+            [("B", 4, 4, 5), (4, 2, 2, 2)],
+        ),
+        case(
+            "grad_input",
+            _grad(_conv((2, 2), "SAME", _NHWC), 0),
+            [("B", 6, 6, 2), (3, 3, 2, 4)],
+        ),
+        case(
+            "grad_input_grouped",
+            _grad(_conv((2, 1), ((1, 1), (0, 2)), feature_group_count=2), 0),
+            [("B", 4, 7, 5), (6, 2, 3, 2)],
+        ),
+        case(
+            "grad_weights",
+            _grad(_conv((2, 2), "SAME", _NHWC), 1),
+            [("B", 6, 6, 2), (3, 3, 2, 4)],
+        ),
+        case(
+            "grad_weights_grouped",
+            _grad(_conv((1, 1), "SAME", feature_group_count=2), 1),
+            [("B", 4, 5, 5), (6, 2, 3, 3)],
+            expect=["Conv"],
+            variants=_F32,
+        ),
+        case(
+            "grad_weights_grouped_f64",
+            _grad(_conv((1, 2), "SAME", feature_group_count=2), 1),
+            [(2, 4, 5, 6), (6, 2, 3, 3)],
+            variants=["f64"],
+        ),
+        case("int32", _conv((1,), "SAME"), [(2, 3, 7), (4, 3, 3)], dtypes=[np.int32] * 2),
+        case(
+            "int8_wraps",
+            _conv((1, 1), "VALID"),
+            [(1, 3, 5, 5), (2, 3, 3, 3)],
+            dtypes=[np.int8] * 2,
+            input_range=(-128, 128),
+        ),
+        case(
+            "int8_to_int32",
+            _conv((1, 1), "SAME", preferred_element_type=np.int32),
+            [(2, 3, 5, 5), (2, 3, 3, 3)],
+            dtypes=[np.int8] * 2,
+            input_range=(-128, 128),
+        ),
+        case(
+            "int64",
+            _conv((1,), "VALID"),
+            [(2, 3, 7), (4, 3, 3)],
+            dtypes=[np.int64] * 2,
+            variants=["f64"],
+        ),
+        case(
+            "f16",
+            _conv((1, 1), "SAME"),
+            [(2, 3, 5, 5), (2, 3, 3, 3)],
+            dtypes=[np.float16] * 2,
+            expect=["Conv"],
+        ),
+        case(
+            "f16_to_float32",
+            _conv((1, 1), "SAME", preferred_element_type=np.float32),
+            [(2, 3, 5, 5), (2, 3, 3, 3)],
+            dtypes=[np.float16] * 2,
+            expect=["Cast -> Conv"],
+        ),
+        case(  # bf16 made inside: ONNX Runtime's Python API cannot take bfloat16 inputs
+            "bf16_to_float32",
+            lambda x, w: lax.conv_general_dilated(
+                x.astype(jax.numpy.bfloat16),
+                w.astype(jax.numpy.bfloat16),
+                (1, 1),
+                "SAME",
+                preferred_element_type=np.float32,
+            ),
+            [(2, 3, 5, 5), (2, 3, 3, 3)],
+            variants=_F32,
+        ),
+    ]
+
+
+@family.lowering(lax.conv_general_dilated_p, cases=_conv_cases)
 def conv_general_dilated(
     ctx,
     lhs,

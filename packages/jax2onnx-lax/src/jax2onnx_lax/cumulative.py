@@ -112,7 +112,7 @@ _NAN_ROW = np.array([[1.0, -2.0, np.nan, 4.0, -np.inf, 0.5], [np.inf, 1.0, -np.i
 
 @family.lowering(
     lax.cumsum_p,
-    cases=[
+    cases=lambda: [
         *_common_cases("cumsum", lax.cumsum_p, ["CumSum:Bx6"]),
         case("cumsum_jnp_int8", lambda x: jnp.cumsum(x, axis=0), [_int_edge(np.int8)]),
         case("cumsum_nan", _cum(lax.cumsum_p, axis=1, reverse=True), [_NAN_ROW]),
@@ -131,7 +131,7 @@ def cumsum(ctx, x, *, axis, reverse):
 
 @family.lowering(
     lax.cumprod_p,
-    cases=[
+    cases=lambda: [
         *_common_cases("cumprod", lax.cumprod_p, ["Pad -> Mul", "Mul:Bx6"]),
         case("cumprod_jnp_bool", lambda x: jnp.cumprod(x, axis=1), [(3, 5)], dtypes=[np.bool_]),
         case("cumprod_nan", _cum(lax.cumprod_p, axis=1, reverse=False), [_NAN_ROW]),
@@ -155,7 +155,7 @@ def _highest(dtype):
 
 @family.lowering(
     lax.cummax_p,
-    cases=[
+    cases=lambda: [
         *_common_cases("cummax", lax.cummax_p, ["Pad -> Max", "Max:Bx6"]),
         case("cummax_nan", _cum(lax.cummax_p, axis=1, reverse=False), [_NAN_ROW]),
         *_int_cases("cummax", lax.cummax_p),
@@ -168,7 +168,7 @@ def cummax(ctx, x, *, axis, reverse):
 
 @family.lowering(
     lax.cummin_p,
-    cases=[
+    cases=lambda: [
         *_common_cases("cummin", lax.cummin_p, ["Pad -> Min", "Min:Bx6"]),
         case("cummin_nan", _cum(lax.cummin_p, axis=1, reverse=True), [_NAN_ROW]),
         *_int_cases("cummin", lax.cummin_p),
@@ -181,7 +181,7 @@ def cummin(ctx, x, *, axis, reverse):
 
 @family.lowering(
     lax.cumlogsumexp_p,
-    cases=[
+    cases=lambda: [
         *_common_cases("cumlogsumexp", lax.cumlogsumexp_p, ["Pad -> Sub -> Abs", "Where:Bx6"]),
         case("cumlogsumexp_inf_nan", _cum(lax.cumlogsumexp_p, axis=1, reverse=False), [_NAN_ROW]),
         case(

@@ -36,7 +36,7 @@ def _scan_masked_sums(xs):
 
 family.add_cases(
     nonzero_p,
-    [
+    lambda: [
         case(
             "bool_mask",
             lambda x: jnp.nonzero(x > 0),
@@ -102,7 +102,7 @@ family.add_cases(
 )
 family.add_cases(
     nonzero_p,
-    [
+    lambda: [
         case(
             "flatnonzero_float",
             lambda x: jnp.flatnonzero(jnp.round(x)),
@@ -121,7 +121,7 @@ family.add_cases(
 )
 family.add_cases(
     nonzero_p,
-    [
+    lambda: [
         case(
             "argwhere_int",
             lambda *a: jnp.argwhere(*a),
@@ -136,7 +136,7 @@ family.add_cases(
 )
 family.add_cases(
     nonzero_p,
-    [
+    lambda: [
         case("mask_sum", lambda x: jnp.sum(x[x > 0]), [("B", 4)], expect=["NonZero", "ReduceSum"]),
         case("mask_mean", lambda x: jnp.mean(x[x > 0]), [("B", 3)], expect=["NonZero"]),
         case(
@@ -172,7 +172,7 @@ family.add_cases(
 )
 family.add_cases(
     compress_p,
-    [
+    lambda: [
         case(
             "axis",
             lambda c, x: jnp.compress(c > 0, x, axis=1),
@@ -229,7 +229,7 @@ family.add_cases(
 )
 family.add_cases(
     unique_p,
-    [
+    lambda: [
         case(
             "float",
             lambda x: jnp.unique(jnp.round(x)),
@@ -298,7 +298,7 @@ family.add_cases(
 )
 family.add_cases(
     arange_p,
-    [
+    lambda: [
         case(
             "input_param",
             lambda x, *, n: x + jnp.arange(n) * 2,

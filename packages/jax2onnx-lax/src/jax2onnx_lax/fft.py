@@ -214,7 +214,7 @@ def fft_matmul(ctx, x, *, fft_type, fft_lengths):
 _GRID = np.arange(24.0).reshape(4, 6)
 family.add_cases(
     "jnp.fft_helpers",
-    [
+    lambda: [
         case("fftfreq", lambda x: x * jnp.fft.fftfreq(8), [("B", 8)]),
         case("fftfreq_odd_d", lambda x: x * jnp.fft.fftfreq(7, d=0.5), [(7,)]),
         case("rfftfreq", lambda x: x * jnp.fft.rfftfreq(8, d=0.1), [("B", 5)]),

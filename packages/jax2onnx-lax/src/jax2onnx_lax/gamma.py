@@ -35,7 +35,6 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
-import jax.scipy.special as jsp
 import numpy as np
 from jax import lax
 
@@ -52,6 +51,13 @@ def _stats() -> Any:
     import jax.scipy.stats
 
     return jax.scipy.stats
+
+
+def scipy_special() -> Any:
+    """``jax.scipy.special``, imported by the cases that use it (not while the plugin loads)."""
+    import jax.scipy.special
+
+    return jax.scipy.special
 
 
 def decompose_f64(ctx: Any, fn: Callable[..., Any], *inputs: Any, **params: Any) -> Any:
@@ -210,15 +216,20 @@ _LGAMMA_EDGES = np.array(
 
 @family.lowering(
     lax.lgamma_p,
-    cases=[
+    cases=lambda: [
         case("lgamma", lax.lgamma, [("B", 20)], input_range=(-12.0, 25.0)),
         case("lgamma_small", lax.lgamma, [(40,)], input_range=(0.0, 3.0)),
         case("lgamma_large", lax.lgamma, [(40,)], input_range=(10.0, 1e7)),
         case("lgamma_negative", lax.lgamma, [(40,)], input_range=(-1e4, 0.0)),
         case("lgamma_edges", lax.lgamma, [_LGAMMA_EDGES]),
-        case("gammaln", jsp.gammaln, [("B", 8)], input_range=(0.01, 30.0)),
-        case("gammaln_grad", grad(jsp.gammaln), [("B", 8)], input_range=(-5.0, 30.0)),
-        case("multigammaln", lambda a: jsp.multigammaln(a, 3), [("B", 6)], input_range=(1.5, 40)),
+        case("gammaln", scipy_special().gammaln, [("B", 8)], input_range=(0.01, 30.0)),
+        case("gammaln_grad", grad(scipy_special().gammaln), [("B", 8)], input_range=(-5.0, 30.0)),
+        case(
+            "multigammaln",
+            lambda a: scipy_special().multigammaln(a, 3),
+            [("B", 6)],
+            input_range=(1.5, 40),
+        ),
         case(
             "gamma_logpdf",
             lambda x, a: _stats().gamma.logpdf(x, a),
@@ -247,13 +258,13 @@ _DIGAMMA_EDGES = np.array(
 
 @family.lowering(
     lax.digamma_p,
-    cases=[
+    cases=lambda: [
         case("digamma", lax.digamma, [("B", 20)], input_range=(-12.0, 25.0)),
         case("digamma_small", lax.digamma, [(40,)], input_range=(0.0, 3.0)),
         case("digamma_large", lax.digamma, [(40,)], input_range=(10.0, 1e7)),
         case("digamma_edges", lax.digamma, [_DIGAMMA_EDGES]),
-        case("jsp_digamma", jsp.digamma, [("B", 8)], input_range=(0.01, 30.0)),
-        case("digamma_grad", grad(jsp.digamma), [("B", 8)], input_range=(-5.0, 30.0)),
+        case("jsp_digamma", scipy_special().digamma, [("B", 8)], input_range=(0.01, 30.0)),
+        case("digamma_grad", grad(scipy_special().digamma), [("B", 8)], input_range=(-5.0, 30.0)),
     ],
 )
 def lower_digamma(ctx: Any, x: Any, **_: Any) -> Any:
@@ -291,7 +302,7 @@ _ZETA_NEGATIVE = np.array(
 
 @family.lowering(
     lax.zeta_p,
-    cases=[
+    cases=lambda: [
         case("zeta", lax.zeta, [("B", 20), ("B", 20)], input_range=(1.05, 12.0)),
         case(
             "zeta_small_q",
@@ -303,7 +314,7 @@ _ZETA_NEGATIVE = np.array(
         case("zeta_large_s", lambda s, q: lax.zeta(s * 16, q), [(40,), (40,)], input_range=(1, 8)),
         case("zeta_negative_q", lax.zeta, list(_ZETA_NEGATIVE.T)),
         case("zeta_edges", lax.zeta, list(_ZETA_EDGES.T)),
-        case("jsp_zeta", jsp.zeta, [("B", 8), ("B", 8)], input_range=(1.5, 9.0)),
+        case("jsp_zeta", scipy_special().zeta, [("B", 8), ("B", 8)], input_range=(1.5, 9.0)),
     ],
 )
 def lower_zeta(ctx: Any, s: Any, q: Any, **_: Any) -> Any:
@@ -327,7 +338,7 @@ _POLYGAMMA_EDGES = np.array(
 
 @family.lowering(
     lax.polygamma_p,
-    cases=[
+    cases=lambda: [
         case(
             "polygamma",
             lambda m, x: lax.polygamma(jnp.floor(m), x),
@@ -341,8 +352,18 @@ _POLYGAMMA_EDGES = np.array(
             input_range=(-4.5, 12.0),
         ),
         case("polygamma_edges", lax.polygamma, list(_POLYGAMMA_EDGES.T)),
-        case("jsp_polygamma", lambda x: jsp.polygamma(2, x), [("B", 8)], input_range=(0.1, 9.0)),
-        case("trigamma_grad", grad(lambda x: jsp.polygamma(1, x)), [(8,)], input_range=(0.1, 9)),
+        case(
+            "jsp_polygamma",
+            lambda x: scipy_special().polygamma(2, x),
+            [("B", 8)],
+            input_range=(0.1, 9.0),
+        ),
+        case(
+            "trigamma_grad",
+            grad(lambda x: scipy_special().polygamma(1, x)),
+            [(8,)],
+            input_range=(0.1, 9),
+        ),
     ],
 )
 def lower_polygamma(ctx: Any, m: Any, x: Any, **_: Any) -> Any:

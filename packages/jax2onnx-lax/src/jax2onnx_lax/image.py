@@ -151,68 +151,114 @@ def _resize_form(ctx, method, antialias) -> dict | None:
     return dict(attrs, coordinate_transformation_mode="half_pixel", antialias=int(antialias))
 
 
-_RESIZE_CASES = []
-
-
-def _c(name, fn, inputs, **kw):
-    _RESIZE_CASES.append(case(name, fn, inputs, **kw))
-
-
 def _r(shape, method, **kw):
     return lambda x: jax.image.resize(x, (x.shape[0], *shape), method, **kw)
 
 
 _NHWC = ("B", 6, 8, 3)
-# resize: one Resize where verified equal (float32; float64 has no ORT Resize kernel)
-_c("linear_up", _r((12, 16, 3), "linear"), [_NHWC], expect=["Resize:Bx12x16x3"], variants=["f32"])
-_c("bilinear_up_f64", _r((12, 16, 3), "bilinear"), [_NHWC], counts={"Resize": 0}, variants=["f64"])
-_c(
-    "linear_down_noaa",
-    _r((3, 5, 3), "linear", antialias=False),
-    [_NHWC],
-    expect=["Resize:Bx3x5x3"],
-    variants=["f32"],
-)
-_c("linear_down_aa", _r((3, 5, 3), "linear"), [_NHWC], counts={"Resize": 0})
-_c("linear_mixed_aa", _r((3, 13, 3), "trilinear"), [_NHWC], counts={"Resize": 0})
-_c("cubic_up", _r((9, 16, 3), "cubic"), [_NHWC], expect=["Resize:Bx9x16x3"], variants=["f32"])
-_c("bicubic_down_aa", _r((4, 3, 3), "bicubic"), [_NHWC], expect=["Resize"], variants=["f32"])
-_c("cubic_down_noaa", _r((4, 3, 3), "cubic", antialias=False), [_NHWC], counts={"Resize": 0})
-_c("cubic_f64", _r((4, 11, 3), "tricubic"), [_NHWC], variants=["f64"])
-_c("lanczos3_up", _r((9, 13, 3), "lanczos3"), [_NHWC], counts={"Resize": 0, "MatMul": 2})
-_c("lanczos3_down", _r((4, 5, 3), "lanczos3"), [_NHWC])
-_c("lanczos5_down", _r((3, 8, 3), "lanczos5", antialias=False), [_NHWC], counts={"MatMul": 1})
-_c("lanczos5_up", _r((7, 17, 3), "lanczos5"), [_NHWC])
-_c("nearest_up", _r((13, 16, 3), "nearest"), [_NHWC], expect=["Gather -> Gather:Bx13x16x3"])
-_c("nearest_down", _r((4, 3, 3), "nearest"), [_NHWC])
-_c("nearest_large", lambda x: jax.image.resize(x, (31, 2), "nearest"), [(100, 5)])
-_c("nearest_int", _r((4, 11, 3), "nearest"), [_NHWC], dtypes=[np.int32])
-_c("linear_int", _r((9, 4, 3), "linear"), [_NHWC], dtypes=[np.int32], input_range=(-50, 50))
-_c("nchw", lambda x: jax.image.resize(x, (x.shape[0], 3, 9, 5), "linear"), [("B", 3, 6, 4)])
-_c("rank2", lambda x: jax.image.resize(x, (7, 3), "cubic"), [(4, 6)], counts={"MatMul": 2})
-_c("method_enum", _r((8, 8, 3), jax.image.ResizeMethod.LINEAR), [_NHWC], variants=["f32"])
-_c("opset17", _r((12, 16, 3), "linear"), [_NHWC], opset=17, counts={"Resize": 0})
-_c(
-    "vmap",
-    jax.vmap(lambda x: jax.image.resize(x, (12, 16, 3), "linear")),
-    [_NHWC],
-    expect=["Resize:Bx12x16x3"],
-    variants=["f32"],
-)
-_c("vmap_lanczos", jax.vmap(lambda x: jax.image.resize(x, (3, 9), "lanczos3")), [(2, "B", 5)])
-_c(
-    "grad",
-    jax.grad(lambda x: (jax.image.resize(x, (2, 9, 5, 3), "linear") ** 2).sum()),
-    [(2, 6, 8, 3)],
-)
-_c(
-    "grad_cubic",
-    jax.grad(lambda x: (jax.image.resize(x, (5, 3), "cubic") ** 2 * jnp.arange(3.0)).sum()),
-    [(4, 6)],
-)
 
 
-@family.lowering(resize_p, min_opset=18, cases=_RESIZE_CASES)
+def _resize_cases():
+    # one Resize where verified equal (float32; float64 has no ORT Resize kernel)
+    return [
+        case(
+            "linear_up",
+            _r((12, 16, 3), "linear"),
+            [_NHWC],
+            expect=["Resize:Bx12x16x3"],
+            variants=["f32"],
+        ),
+        case(
+            "bilinear_up_f64",
+            _r((12, 16, 3), "bilinear"),
+            [_NHWC],
+            counts={"Resize": 0},
+            variants=["f64"],
+        ),
+        case(
+            "linear_down_noaa",
+            _r((3, 5, 3), "linear", antialias=False),
+            [_NHWC],
+            expect=["Resize:Bx3x5x3"],
+            variants=["f32"],
+        ),
+        case("linear_down_aa", _r((3, 5, 3), "linear"), [_NHWC], counts={"Resize": 0}),
+        case("linear_mixed_aa", _r((3, 13, 3), "trilinear"), [_NHWC], counts={"Resize": 0}),
+        case(
+            "cubic_up",
+            _r((9, 16, 3), "cubic"),
+            [_NHWC],
+            expect=["Resize:Bx9x16x3"],
+            variants=["f32"],
+        ),
+        case(
+            "bicubic_down_aa",
+            _r((4, 3, 3), "bicubic"),
+            [_NHWC],
+            expect=["Resize"],
+            variants=["f32"],
+        ),
+        case(
+            "cubic_down_noaa",
+            _r((4, 3, 3), "cubic", antialias=False),
+            [_NHWC],
+            counts={"Resize": 0},
+        ),
+        case("cubic_f64", _r((4, 11, 3), "tricubic"), [_NHWC], variants=["f64"]),
+        case("lanczos3_up", _r((9, 13, 3), "lanczos3"), [_NHWC], counts={"Resize": 0, "MatMul": 2}),
+        case("lanczos3_down", _r((4, 5, 3), "lanczos3"), [_NHWC]),
+        case(
+            "lanczos5_down",
+            _r((3, 8, 3), "lanczos5", antialias=False),
+            [_NHWC],
+            counts={"MatMul": 1},
+        ),
+        case("lanczos5_up", _r((7, 17, 3), "lanczos5"), [_NHWC]),
+        case(
+            "nearest_up", _r((13, 16, 3), "nearest"), [_NHWC], expect=["Gather -> Gather:Bx13x16x3"]
+        ),
+        case("nearest_down", _r((4, 3, 3), "nearest"), [_NHWC]),
+        case("nearest_large", lambda x: jax.image.resize(x, (31, 2), "nearest"), [(100, 5)]),
+        case("nearest_int", _r((4, 11, 3), "nearest"), [_NHWC], dtypes=[np.int32]),
+        case(
+            "linear_int", _r((9, 4, 3), "linear"), [_NHWC], dtypes=[np.int32], input_range=(-50, 50)
+        ),
+        case(
+            "nchw", lambda x: jax.image.resize(x, (x.shape[0], 3, 9, 5), "linear"), [("B", 3, 6, 4)]
+        ),
+        case(
+            "rank2", lambda x: jax.image.resize(x, (7, 3), "cubic"), [(4, 6)], counts={"MatMul": 2}
+        ),
+        case(
+            "method_enum", _r((8, 8, 3), jax.image.ResizeMethod.LINEAR), [_NHWC], variants=["f32"]
+        ),
+        case("opset17", _r((12, 16, 3), "linear"), [_NHWC], opset=17, counts={"Resize": 0}),
+        case(
+            "vmap",
+            jax.vmap(lambda x: jax.image.resize(x, (12, 16, 3), "linear")),
+            [_NHWC],
+            expect=["Resize:Bx12x16x3"],
+            variants=["f32"],
+        ),
+        case(
+            "vmap_lanczos",
+            jax.vmap(lambda x: jax.image.resize(x, (3, 9), "lanczos3")),
+            [(2, "B", 5)],
+        ),
+        case(
+            "grad",
+            jax.grad(lambda x: (jax.image.resize(x, (2, 9, 5, 3), "linear") ** 2).sum()),
+            [(2, 6, 8, 3)],
+        ),
+        case(
+            "grad_cubic",
+            jax.grad(lambda x: (jax.image.resize(x, (5, 3), "cubic") ** 2 * jnp.arange(3.0)).sum()),
+            [(4, 6)],
+        ),
+    ]
+
+
+@family.lowering(resize_p, min_opset=18, cases=_resize_cases)
 def resize(ctx, x, *, shape, method, antialias, precision):
     """One Resize (half_pixel; linear, or cubic with a=-0.5 and exclude_outside) where ORT
     equals JAX; otherwise JAX's per-axis weight matrices as MatMuls (see the module docstring).
@@ -350,13 +396,6 @@ def _st_weights(m, n, s, t, scale_dtype, dtype, method, antialias, precision) ->
     return np.asarray(out)
 
 
-_ST_CASES = []
-
-
-def _s(name, fn, inputs, **kw):
-    _ST_CASES.append(case(name, fn, inputs, **kw))
-
-
 def _st(shape, dims, scale, translation, method, **kw):
     def fn(x):
         s, t = np.asarray(scale), np.asarray(translation)
@@ -365,87 +404,104 @@ def _st(shape, dims, scale, translation, method, **kw):
     return fn
 
 
-_s(
-    "linear",
-    _st((9, 5, 3), (1, 2), [1.5, 0.7], [0.3, -1.0], "linear"),
-    [_NHWC],
-    counts={"MatMul": 2, "Resize": 0},
-)
-_s(
-    "linear_noaa",
-    _st((9, 5, 3), (1, 2), [1.5, 0.7], [0.3, -1.0], "linear", antialias=False),
-    [_NHWC],
-)
-_s("cubic", _st((7, 11, 3), (1, 2), [1.2, 1.3], [2.0, -0.5], "cubic"), [_NHWC])
-_s(
-    "cubic_pytorch",
-    _st((5, 6, 3), (1, 2), [0.8, 0.7], [0.0, 0.5], "bicubic-pytorch", antialias=False),
-    [_NHWC],
-)
-_s("lanczos3", _st((4, 8, 3), (-3, -2), [0.6, 1.0], [0.5, 0.25], "lanczos3"), [_NHWC])
-_s("lanczos5", _st((10, 8, 3), (1,), [1.7], [-2.0], "lanczos5"), [_NHWC], counts={"MatMul": 1})
-_s("area", _st((3, 5, 3), (1, 2), [0.5, 0.6], [0.0, 0.2], "area"), [_NHWC])
-_s("int", _st((9, 4, 3), (1, 2), [1.5, 0.5], [0.0, 1.0], "linear"), [_NHWC], dtypes=[np.int32])
-_s(
-    "as_resize",
-    _st((12, 16, 3), (1, 2), np.float32([2.0, 2.0]), np.float32([0.0, 0.0]), "linear"),
-    [_NHWC],
-    expect=["Resize:Bx12x16x3"],
-    variants=["f32"],
-)
-_s(
-    "as_resize_f64",
-    _st((12, 16, 3), (1, 2), [2.0, 2.0], [0.0, 0.0], "linear"),
-    [_NHWC],
-    counts={"Resize": 0},
-    variants=["f64"],
-)
-_s(
-    "rank2_same_size",
-    lambda x: jax.image.scale_and_translate(
-        x, (5, 6), (0, 1), np.float32([1.0, 1.25]), np.float32([1.5, -0.5]), "linear"
-    ),
-    [(5, 6)],
-    counts={"MatMul": 2},
-)
-_s(
-    "traced_scale",
-    lambda x, s: jax.image.scale_and_translate(x, (x.shape[0], 7), (1,), s, s - 1.0, "linear"),
-    [("B", 5), (1,)],
-    input_range=(0.5, 2.0),
-)
-_s(
-    "vmap",
-    jax.vmap(_st((9, 3), (0, 1), [1.5, 0.7], [0.3, -1.0], "cubic")),
-    [("B", 6, 8, 3)],
-    counts={"MatMul": 2},
-)
-_s(
-    "vmap_axis1",
-    jax.vmap(
-        lambda x: jax.image.scale_and_translate(
-            x, (9, 4), (0,), np.float32([1.4]), np.float32([0.2]), "linear"
+def _scale_and_translate_cases():
+    return [
+        case(
+            "linear",
+            _st((9, 5, 3), (1, 2), [1.5, 0.7], [0.3, -1.0], "linear"),
+            [_NHWC],
+            counts={"MatMul": 2, "Resize": 0},
         ),
-        in_axes=1,
-    ),
-    [(6, "B", 4)],
-    counts={"MatMul": 1},
-)
-_s(
-    "grad",
-    jax.grad(lambda x: (_st((9, 5, 3), (1, 2), [1.5, 0.7], [0.3, -1.0], "linear")(x) ** 2).sum()),
-    [(2, 6, 8, 3)],
-)
-_s(
-    "opset17",
-    _st((9, 5, 3), (1, 2), [1.5, 0.7], [0.3, -1.0], "lanczos3"),
-    [_NHWC],
-    opset=17,
-    counts={"MatMul": 2},
-)
+        case(
+            "linear_noaa",
+            _st((9, 5, 3), (1, 2), [1.5, 0.7], [0.3, -1.0], "linear", antialias=False),
+            [_NHWC],
+        ),
+        case("cubic", _st((7, 11, 3), (1, 2), [1.2, 1.3], [2.0, -0.5], "cubic"), [_NHWC]),
+        case(
+            "cubic_pytorch",
+            _st((5, 6, 3), (1, 2), [0.8, 0.7], [0.0, 0.5], "bicubic-pytorch", antialias=False),
+            [_NHWC],
+        ),
+        case("lanczos3", _st((4, 8, 3), (-3, -2), [0.6, 1.0], [0.5, 0.25], "lanczos3"), [_NHWC]),
+        case(
+            "lanczos5",
+            _st((10, 8, 3), (1,), [1.7], [-2.0], "lanczos5"),
+            [_NHWC],
+            counts={"MatMul": 1},
+        ),
+        case("area", _st((3, 5, 3), (1, 2), [0.5, 0.6], [0.0, 0.2], "area"), [_NHWC]),
+        case(
+            "int",
+            _st((9, 4, 3), (1, 2), [1.5, 0.5], [0.0, 1.0], "linear"),
+            [_NHWC],
+            dtypes=[np.int32],
+        ),
+        case(
+            "as_resize",
+            _st((12, 16, 3), (1, 2), np.float32([2.0, 2.0]), np.float32([0.0, 0.0]), "linear"),
+            [_NHWC],
+            expect=["Resize:Bx12x16x3"],
+            variants=["f32"],
+        ),
+        case(
+            "as_resize_f64",
+            _st((12, 16, 3), (1, 2), [2.0, 2.0], [0.0, 0.0], "linear"),
+            [_NHWC],
+            counts={"Resize": 0},
+            variants=["f64"],
+        ),
+        case(
+            "rank2_same_size",
+            lambda x: jax.image.scale_and_translate(
+                x, (5, 6), (0, 1), np.float32([1.0, 1.25]), np.float32([1.5, -0.5]), "linear"
+            ),
+            [(5, 6)],
+            counts={"MatMul": 2},
+        ),
+        case(
+            "traced_scale",
+            lambda x, s: jax.image.scale_and_translate(
+                x, (x.shape[0], 7), (1,), s, s - 1.0, "linear"
+            ),
+            [("B", 5), (1,)],
+            input_range=(0.5, 2.0),
+        ),
+        case(
+            "vmap",
+            jax.vmap(_st((9, 3), (0, 1), [1.5, 0.7], [0.3, -1.0], "cubic")),
+            [("B", 6, 8, 3)],
+            counts={"MatMul": 2},
+        ),
+        case(
+            "vmap_axis1",
+            jax.vmap(
+                lambda x: jax.image.scale_and_translate(
+                    x, (9, 4), (0,), np.float32([1.4]), np.float32([0.2]), "linear"
+                ),
+                in_axes=1,
+            ),
+            [(6, "B", 4)],
+            counts={"MatMul": 1},
+        ),
+        case(
+            "grad",
+            jax.grad(
+                lambda x: (_st((9, 5, 3), (1, 2), [1.5, 0.7], [0.3, -1.0], "linear")(x) ** 2).sum()
+            ),
+            [(2, 6, 8, 3)],
+        ),
+        case(
+            "opset17",
+            _st((9, 5, 3), (1, 2), [1.5, 0.7], [0.3, -1.0], "lanczos3"),
+            [_NHWC],
+            opset=17,
+            counts={"MatMul": 2},
+        ),
+    ]
 
 
-@family.lowering(scale_and_translate_p, cases=_ST_CASES)
+@family.lowering(scale_and_translate_p, cases=_scale_and_translate_cases)
 def scale_and_translate(
     ctx, x, *, shape, spatial_dims, scale, translation, scale_dtype, method, antialias, precision
 ):

@@ -102,7 +102,7 @@ def _update_p(x, update, *starts):
 
 @family.lowering(
     lax.dynamic_slice_p,
-    cases=[
+    cases=lambda: [
         case(
             "rows",
             lambda x, i: lax.dynamic_slice_in_dim(x, i, 2, axis=0),
@@ -177,7 +177,7 @@ def dynamic_slice(ctx, x, *dynamic, slice_sizes):
 
 @family.lowering(
     lax.dynamic_update_slice_p,
-    cases=[
+    cases=lambda: [
         case(
             "kv_cache",
             lambda cache, new, t: _update_p(cache, new, _Z, t, _Z),

@@ -104,7 +104,7 @@ _NOT_PD = np.array([[4.0, 2.0, 1.0], [2.0, 1.0, 0.5], [1.0, 0.5, 3.0]])
 @family.lowering(
     lax_linalg.cholesky_p,
     values="any",
-    cases=[
+    cases=lambda: [
         case("linalg_cholesky", lambda x: lax_linalg.cholesky(spd(x)), [(4, 4)]),
         case(
             "linalg_cholesky_upper_kept",
@@ -177,7 +177,7 @@ def _all_forms(left_side: bool):
 @family.lowering(
     lax_linalg.triangular_solve_p,
     values="any",
-    cases=[
+    cases=lambda: [
         case("linalg_triangular_solve_left", _all_forms(True), [(4, 4), (4, 3)]),
         case("linalg_triangular_solve_right", _all_forms(False), [(4, 4), (3, 4)]),
         case(
@@ -242,7 +242,7 @@ _SINGULAR = np.array([[1.0, 2.0, 3.0], [2.0, 4.0, 6.0], [1.0, 0.0, 1.0]])
 @family.lowering(
     lax_linalg.lu_p,
     values="any",
-    cases=[
+    cases=lambda: [
         case("linalg_lu", lax_linalg.lu, [(5, 5)]),
         case("linalg_lu_wide", lax_linalg.lu, [(3, 5)]),
         case("linalg_lu_tall", lax_linalg.lu, [(5, 3)]),
@@ -310,7 +310,7 @@ def lu(ctx, x, **_):
 
 @family.lowering(
     lax_linalg.lu_pivots_to_permutation_p,
-    cases=[
+    cases=lambda: [
         case(
             "linalg_lu_pivots_to_permutation",
             lambda p: lax_linalg.lu_pivots_to_permutation(p, 6),
@@ -349,7 +349,7 @@ def _diagonal_solve(d, b):
 @family.lowering(
     "custom_linear_solve",
     values="any",
-    cases=[
+    cases=lambda: [
         case(
             "linalg_custom_linear_solve",
             lambda d, b: _diagonal_solve(d + 4.0, b),
@@ -377,7 +377,7 @@ def custom_linear_solve(ctx, *args, const_lengths, jaxprs):
 
 @family.lowering(
     lax_linalg.symmetric_product_p,
-    cases=[
+    cases=lambda: [
         case("linalg_symmetric_product", lax_linalg.symmetric_product, [(3, 2), (3, 3)]),
         case(
             "linalg_symmetric_product_scaled",
@@ -404,7 +404,7 @@ def symmetric_product(ctx, a, c, *, alpha, beta, **_):
 
 @family.lowering(
     lax_linalg.cholesky_update_p,
-    cases=[
+    cases=lambda: [
         case(
             "linalg_cholesky_update",
             lambda x, w: lax_linalg.cholesky_update(lax_linalg.cholesky(spd(x)).T, w),
@@ -456,7 +456,7 @@ def _dominant(dl, d, du, b, **params):
 
 @family.lowering(
     lax_linalg.tridiagonal_solve_p,
-    cases=[
+    cases=lambda: [
         case("linalg_tridiagonal_solve", lax_linalg.tridiagonal_solve, _TRI_PIVOTING),
         case(
             "linalg_tridiagonal_solve_batched",

@@ -153,7 +153,7 @@ def _roots(c):
 @family.lowering(
     lax_linalg.eig_p,
     values="complex",
-    cases=[
+    cases=lambda: [
         case("linalg_eig_real", _eig_invariants, [(4, 4)], input_range=(-1, 1)),
         case("linalg_eig_real_2x2", _eig_invariants, [(2, 2)], input_range=(-1, 1)),
         case("linalg_eig_real_6x6", _eig_invariants, [(6, 6)], input_range=(-1, 1)),
@@ -271,7 +271,7 @@ def _real_cases(name, fn, shapes, **kw):
 @family.lowering(
     lax_linalg.schur_p,
     values="any",
-    cases=[
+    cases=lambda: [
         _complex_cases("linalg_schur_complex", _schur_invariants, [(4, 4)]),
         _complex_cases("linalg_schur_complex_2x2", _schur_invariants, [(2, 2)]),
         _complex_cases("linalg_schur_batched", _schur_invariants, [("B", 5, 5)]),
@@ -324,7 +324,7 @@ def schur(ctx, x, *, compute_schur_vectors, sort_eig_vals=False, select_callable
 @family.lowering(
     lax_linalg.hessenberg_p,
     values="any",
-    cases=[
+    cases=lambda: [
         case("linalg_hessenberg", lax_linalg.hessenberg, [(5, 5)]),
         case("linalg_hessenberg_2x2", lax_linalg.hessenberg, [(2, 2)]),
         case("linalg_hessenberg_batched", lax_linalg.hessenberg, [("B", 4, 4)]),
@@ -356,7 +356,7 @@ def _tridiagonal(lower):
 @family.lowering(
     lax_linalg.tridiagonal_p,
     values="any",
-    cases=[
+    cases=lambda: [
         case("linalg_tridiagonal_lower", _tridiagonal(True), [(5, 5)]),
         case("linalg_tridiagonal_upper", _tridiagonal(False), [(4, 4)]),
         case("linalg_tridiagonal_2x2", _tridiagonal(True), [(2, 2)]),

@@ -112,7 +112,7 @@ _M = {"M": (6, 4, 9)}
 
 @family.lowering(
     "ragged_dot_general",
-    cases=[
+    cases=lambda: [
         case(
             "ragged_dot",
             _moe,

@@ -264,7 +264,7 @@ def _TF(*args):
 
 family.add_cases(
     "threefry2x32",
-    [
+    lambda: [
         *_also13(
             case(
                 "threefry2x32_edges",
@@ -294,11 +294,11 @@ family.add_cases(
 )
 family.add_cases(
     "iota_2x32_shape",
-    [case("iota_2x32", _iota_2x32, [("B", 3, 2)], no_unused_inputs=False)],
+    lambda: [case("iota_2x32", _iota_2x32, [("B", 3, 2)], no_unused_inputs=False)],
 )
 family.add_cases(
     "random_seed",
-    [
+    lambda: [
         case(
             "key_int32",
             lambda s: _DATA(jax.random.key(s)),
@@ -323,7 +323,7 @@ family.add_cases(
 )
 family.add_cases(
     "random_bits",
-    [
+    lambda: [
         *[
             c
             for d, v in (
@@ -474,7 +474,7 @@ def _split_until(keys, counts):
 
 family.add_cases(
     "random_split",
-    [
+    lambda: [
         *_also13(case("split", lambda k: _DATA(jax.random.split(_W(k))), [_KEY])),
         case("split_2d", lambda k: _DATA(jax.random.split(_W(k), (2, 3))), [_KEY]),
         case("split_legacy", lambda k: jax.random.split(k, 5), [_KEY]),
@@ -506,7 +506,7 @@ family.add_cases(
 )
 family.add_cases(
     "random_fold_in",
-    [
+    lambda: [
         case("fold_in", lambda k: _DATA(jax.random.fold_in(_W(k), 12345)), [_KEY]),
         *_also13(
             case(
@@ -528,7 +528,7 @@ family.add_cases(
 )
 family.add_cases(
     jax.random.random_gamma_p,
-    [
+    lambda: [
         case(
             "gamma",
             lambda k, a: jax.random.gamma(_W(k), lax.abs(a) + 0.2),
@@ -548,7 +548,7 @@ family.add_cases(
 )
 family.add_cases(
     "random_wrap",
-    [
+    lambda: [
         case("key_data_roundtrip", lambda k: _DATA(_W(_DATA(_W(k)))), [_KEY]),
         case(
             "wrap_batched_key_data",

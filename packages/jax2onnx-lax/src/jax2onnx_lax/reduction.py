@@ -206,7 +206,7 @@ def _sum(axes):
 @family.lowering(
     lax.reduce_sum_p,
     min_opset=13,
-    cases=[
+    cases=lambda: [
         case("sum_last", lambda x: jnp.sum(x, axis=-1), [("B", 4)], expect=["ReduceSum:B"]),
         case("sum_all", jnp.sum, [(3, 4)]),
         case("sum_outer", lambda x: jnp.sum(x, axis=(0, 2)), [("B", 3, 4)]),
@@ -236,7 +236,7 @@ def _prod(axes):
 
 @_two_forms(
     lax.reduce_prod_p,
-    cases=[
+    cases=lambda: [
         case("prod_last", lambda x: jnp.prod(x, axis=-1), [("B", 4)], expect=["ReduceProd:B"]),
         case("prod_all", jnp.prod, [(2, 3)], input_range=(0.5, 1.5)),
         case("prod_opset17", _prod((0,)), [(3, 4)], opset=17),
@@ -292,13 +292,13 @@ def _extreme_cases(name, fn, prim_fn):
     ]
 
 
-@_two_forms(lax.reduce_max_p, cases=_extreme_cases("Max", jnp.max, lax.reduce_max_p))
+@_two_forms(lax.reduce_max_p, cases=lambda: _extreme_cases("Max", jnp.max, lax.reduce_max_p))
 def reduce_max(ctx, x, reduce, *, axes, **_):
     """ReduceMax, made to propagate NaN like JAX (Where over an IsNaN check)."""
     return _extreme(ctx, reduce, "ReduceMax", x, axes)
 
 
-@_two_forms(lax.reduce_min_p, cases=_extreme_cases("Min", jnp.min, lax.reduce_min_p))
+@_two_forms(lax.reduce_min_p, cases=lambda: _extreme_cases("Min", jnp.min, lax.reduce_min_p))
 def reduce_min(ctx, x, reduce, *, axes, **_):
     """ReduceMin, made to propagate NaN like JAX (Where over an IsNaN check)."""
     return _extreme(ctx, reduce, "ReduceMin", x, axes)
@@ -361,19 +361,19 @@ def _logical_cases(kind, prim):
     ]
 
 
-@_two_forms(lax.reduce_and_p, cases=_logical_cases("and", lax.reduce_and_p))
+@_two_forms(lax.reduce_and_p, cases=lambda: _logical_cases("and", lax.reduce_and_p))
 def reduce_and(ctx, x, reduce, *, axes, **_):
     """Logical/bitwise and; see ``_logical``."""
     return _logical(ctx, reduce, "and", x, axes)
 
 
-@_two_forms(lax.reduce_or_p, cases=_logical_cases("or", lax.reduce_or_p))
+@_two_forms(lax.reduce_or_p, cases=lambda: _logical_cases("or", lax.reduce_or_p))
 def reduce_or(ctx, x, reduce, *, axes, **_):
     """Logical/bitwise or; see ``_logical``."""
     return _logical(ctx, reduce, "or", x, axes)
 
 
-@_two_forms(lax.reduce_xor_p, cases=_logical_cases("xor", lax.reduce_xor_p))
+@_two_forms(lax.reduce_xor_p, cases=lambda: _logical_cases("xor", lax.reduce_xor_p))
 def reduce_xor(ctx, x, reduce, *, axes, **_):
     """Logical/bitwise xor (parity); see ``_logical``."""
     return _logical(ctx, reduce, "xor", x, axes)
@@ -421,13 +421,13 @@ def _arg_cases(name, op_type, fn, prim):
     ]
 
 
-@_two_forms(lax.argmax_p, cases=_arg_cases("argmax", "ArgMax", jnp.argmax, lax.argmax_p))
+@_two_forms(lax.argmax_p, cases=lambda: _arg_cases("argmax", "ArgMax", jnp.argmax, lax.argmax_p))
 def argmax(ctx, x, reduce, *, axes, index_dtype):
     """ArgMax, with a Where picking the first NaN (ArgMax of an IsNaN mask) like JAX."""
     return _arg(ctx, reduce, "ArgMax", x, axes, index_dtype)
 
 
-@_two_forms(lax.argmin_p, cases=_arg_cases("argmin", "ArgMin", jnp.argmin, lax.argmin_p))
+@_two_forms(lax.argmin_p, cases=lambda: _arg_cases("argmin", "ArgMin", jnp.argmin, lax.argmin_p))
 def argmin(ctx, x, reduce, *, axes, index_dtype):
     """ArgMin, with a Where picking the first NaN (ArgMax of an IsNaN mask) like JAX."""
     return _arg(ctx, reduce, "ArgMin", x, axes, index_dtype)
@@ -478,7 +478,7 @@ _NO_SHARDING = {lax.reduce_and_p, lax.reduce_or_p, lax.reduce_xor_p}
 
 @family.lowering(
     "reduce",
-    cases=[
+    cases=lambda: [
         case("add_init_one", lambda x: lax.reduce(x, 1.0, lax.add, (0,)), [("B", 4)]),
         case(
             "max_and_sum_pair",

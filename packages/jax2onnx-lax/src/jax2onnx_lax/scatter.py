@@ -41,11 +41,11 @@ from jax.lax import GatherScatterMode
 
 from jax2onnx.plugin import Family, is_symbolic, onnx_dtype
 from jax2onnx_lax._scatter_cases import (
-    ADD_CASES,
-    MUL_CASES,
-    SET_CASES,
-    SUB_CASES,
     extremum_cases,
+    scatter_add_cases,
+    scatter_mul_cases,
+    scatter_set_cases,
+    scatter_sub_cases,
 )
 from jax2onnx_lax.gather import in_bounds, window_grid
 from jax2onnx_lax.indexing import as_int64, clamp_starts, constant, same_dim
@@ -292,7 +292,7 @@ _lowering(
     lax.scatter_p,
     _set,
     11,
-    SET_CASES,
+    scatter_set_cases,
     "scatter -> ScatterND on the operand transposed to (indexed axes, the rest).",
 )
 _lowering(
@@ -306,7 +306,7 @@ _lowering(
     lax.scatter_add_p,
     _reduce("add"),
     16,
-    ADD_CASES,
+    scatter_add_cases,
     "scatter-add -> ScatterND(reduction='add'), which accumulates repeated indices.",
 )
 _lowering(
@@ -320,7 +320,7 @@ _lowering(
     lax.scatter_sub_p,
     _sub,
     16,
-    SUB_CASES,
+    scatter_sub_cases,
     "scatter-sub -> ScatterND(reduction='add') of the negated updates: ONNX has no 'sub'.",
 )
 _lowering(
@@ -334,7 +334,7 @@ _lowering(
     lax.scatter_mul_p,
     _reduce("mul"),
     16,
-    MUL_CASES,
+    scatter_mul_cases,
     "scatter-mul -> ScatterND(reduction='mul').",
 )
 _lowering(
@@ -348,7 +348,7 @@ _lowering(
     lax.scatter_min_p,
     _extremum("min"),
     18,
-    extremum_cases("min"),
+    lambda: extremum_cases("min"),
     "scatter-min -> ScatterND(reduction='min'); NaN marked by a second ScatterND (max).",
 )
 _lowering(
@@ -362,7 +362,7 @@ _lowering(
     lax.scatter_max_p,
     _extremum("max"),
     18,
-    extremum_cases("max"),
+    lambda: extremum_cases("max"),
     "scatter-max -> ScatterND(reduction='max'); NaN marked by a second ScatterND (max).",
 )
 

@@ -22,7 +22,7 @@ def _axes(ctx, axes):
 
 @family.lowering(
     lax.broadcast_in_dim_p,
-    cases=[
+    cases=lambda: [
         case(
             "row_to_matrix",
             lambda x: lax.broadcast_in_dim(x, (2, 3), (1,)),
@@ -90,7 +90,7 @@ def _same(a, b) -> bool:
 
 @family.lowering(
     lax.reshape_p,
-    cases=[
+    cases=lambda: [
         case(
             "flatten",
             lambda x: x.reshape(x.shape[0], -1),
@@ -138,7 +138,7 @@ def reshape(ctx, x, *dyn_shape, new_sizes, dimensions, **_):
 
 @family.lowering(
     lax.transpose_p,
-    cases=[
+    cases=lambda: [
         case(
             "transpose",
             lambda x: lax.transpose(x, (2, 0, 1)),
@@ -155,7 +155,7 @@ def transpose(ctx, x, *, permutation):
 
 @family.lowering(
     lax.squeeze_p,
-    cases=[
+    cases=lambda: [
         case("squeeze", lambda x: lax.squeeze(x, (1,)), [("B", 1, 3)], expect=["Squeeze:Bx3"]),
         case("squeeze_all", lambda x: lax.squeeze(x, (0, 1)), [(1, 1)], dtypes=[np.int32]),
         case("squeeze_bool", lambda x: jnp.squeeze(x, -1), [(2, 1)], dtypes=[np.bool_]),
@@ -167,7 +167,7 @@ def squeeze(ctx, x, *, dimensions):
 
 @family.lowering(
     lax.concatenate_p,
-    cases=[
+    cases=lambda: [
         case(
             "concat",
             lambda a, b: lax.concatenate([a, b], 1),
@@ -194,7 +194,7 @@ def concatenate(ctx, *xs, dimension):
 
 @family.lowering(
     lax.stack_p,
-    cases=[
+    cases=lambda: [
         case(
             "stack_axis1",
             lambda a, b: jnp.stack([a, b], 1),
@@ -217,7 +217,7 @@ def stack(ctx, *xs, axis):
 
 @family.lowering(
     "unstack",
-    cases=[
+    cases=lambda: [
         case("unstack", jnp.unstack, [(3, "B")], expect=["Split -> Squeeze:B"]),
         case("unstack_axis1", lambda x: lax.unstack(x, axis=1), [("B", 2, 4)]),
         case("unstack_single", lambda x: jnp.unstack(x, axis=1), [("B", 1)], counts={"Split": 0}),
@@ -236,7 +236,7 @@ def unstack(ctx, x, *, axis):
 
 @family.lowering(
     lax.slice_p,
-    cases=[
+    cases=lambda: [
         case("slice", lambda x: lax.slice(x, (0, 1), (2, 4)), [(3, 5)], expect=["Slice:2x3"]),
         case("strided", lambda x: lax.slice(x, (1,), (8,), (3,)), [(9,)]),
         case("symbolic_batch", lambda x: lax.slice_in_dim(x, 1, 3, axis=1), [("B", 4)]),
@@ -264,7 +264,7 @@ def slice_(ctx, x, *, start_indices, limit_indices, strides):
 @family.lowering(
     lax.split_p,
     min_opset=13,
-    cases=[
+    cases=lambda: [
         case("split", lambda x: lax.split(x, (1, 2, 1), axis=1), [("B", 4)], expect=["Split"]),
         case("split_first", lambda x: jnp.split(x, 2), [(4, 3)]),
         case("split_empty_piece", lambda x: lax.split(x, (0, 3), axis=0), [(3,)]),
@@ -285,7 +285,7 @@ def _pad_case(name, value, config, dtype):
 
 @family.lowering(
     lax.pad_p,
-    cases=[
+    cases=lambda: [
         case("pad", lambda x: jnp.pad(x, ((1, 2), (0, 1))), [("B", 3)], expect=["Pad"]),
         case(
             "crop",
@@ -352,7 +352,7 @@ def _interior(ctx, x, value, shape, spread, padding_config):
 
 @family.lowering(
     lax.rev_p,
-    cases=[
+    cases=lambda: [
         case("rev", lambda x: lax.rev(x, (0, 1)), [("B", 3)], expect=["Slice"]),
         case("rev_last", lambda x: jnp.flip(x, -1), [(2, 3, 4)], counts={"Shape": 0}),
         case("rev_int", lambda x: lax.rev(x, (0,)), [(5,)], dtypes=[np.int32]),
@@ -375,7 +375,7 @@ _IOTA_DTYPES = [np.int8, np.uint8, np.int16, np.uint32, np.float16, ml_dtypes.bf
 
 @family.lowering(
     lax.iota_p,
-    cases=[
+    cases=lambda: [
         case("arange", lambda x: x + jnp.arange(5, dtype=jnp.float32), [(5,)]),
         case(
             "iota_2d",
@@ -434,7 +434,7 @@ def iota(ctx, *dyn, dtype, shape, dimension, **_):
 
 @family.lowering(
     "dim_as_value",
-    cases=[
+    cases=lambda: [
         case("mean_over_batch", lambda x: jnp.mean(x, axis=0), [("B", 3)]),
         case("scale_by_size", lambda x: x * x.shape[0], [("B", 2)]),
         case("expression", lambda x: x + (2 * x.shape[0] + 1), [("B",)], dtypes=[np.int32]),

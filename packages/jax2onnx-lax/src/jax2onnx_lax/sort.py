@@ -145,7 +145,7 @@ def _int_sort_cases():
 
 @family.lowering(
     lax.sort_p,
-    cases=[
+    cases=lambda: [
         case("sort_last", jnp.sort, [("B", 5)], expect=["TopK", "GatherElements:Bx5"]),
         case("sort_axis0", lambda x: jnp.sort(x, axis=0), [(5, "B")]),
         case("sort_symbolic_axis", lambda x: jnp.sort(x, axis=0), [("B", 3)]),
@@ -200,7 +200,7 @@ _TOP_ROWS = np.array(
 
 @family.lowering(
     lax.top_k_p,
-    cases=[
+    cases=lambda: [
         case("top_k", lambda x: lax.top_k(x, 3), [("B", 6)], expect=["TopK", "GatherElements:Bx3"]),
         case("top_k_ties_nan", lambda x: lax.top_k(x, 5), [_TOP_ROWS]),
         case("top_k_all", lambda x: lax.top_k(x, 7), [_TOP_ROWS]),
@@ -237,7 +237,7 @@ def top_k(ctx, x, *, k, axis=-1, **_):
 
 @family.lowering(
     lax.approx_top_k_p,
-    cases=[
+    cases=lambda: [
         case(
             "approx_max_k",
             lambda x: lax.approx_max_k(x, 3),

@@ -7,6 +7,7 @@ Exp, Log, Sqrt, Sin, Cos and arithmetic (never through float32).
 
 from __future__ import annotations
 
+import functools
 import math
 from fractions import Fraction
 
@@ -115,7 +116,7 @@ def _erfc64(ctx, x, dt):
 
 @family.lowering(
     lax.expm1_p,
-    cases=[
+    cases=lambda: [
         case("expm1", lax.expm1, [("B", 5)], input_range=(-3.0, 3.0)),
         case("expm1_tiny", lax.expm1, [(6,)], input_range=(-1e-4, 1e-4)),
         case("expm1_tinier", lax.expm1, [(6,)], input_range=(-1e-9, 1e-9)),
@@ -133,7 +134,7 @@ def expm1(ctx, x, **_):
 
 @family.lowering(
     lax.log1p_p,
-    cases=[
+    cases=lambda: [
         case("log1p", lax.log1p, [("B", 5)], input_range=(-0.9, 5.0)),
         case("log1p_tiny", lax.log1p, [(6,)], input_range=(-1e-4, 1e-4)),
         case("log1p_tinier", lax.log1p, [(6,)], input_range=(-1e-9, 1e-9)),
@@ -231,18 +232,30 @@ _TABLE = [
     (lax.acosh_p, lax.acosh, "Acosh", _acosh64, (1.0, 50.0), np.array([1.0, 0.5, np.inf, 1e30])),
     (lax.atanh_p, lax.atanh, "Atanh", _atanh64, (-0.99, 0.99), _UNIT_EDGES),
 ]
-for _prim, _fn, _op, _f64, _range, _edges in _TABLE:
-    _cs = [
-        case(_prim.name, _fn, [("B", 5)], input_range=_range),
+
+
+def _table_cases(prim, fn, op, input_range, edges):
+    cases = [
+        case(prim.name, fn, [("B", 5)], input_range=input_range),
         case(
-            f"{_prim.name}_f32_op", _fn, [(4,)], input_range=_range, variants=["f32"], expect=[_op]
+            f"{prim.name}_f32_op",
+            fn,
+            [(4,)],
+            input_range=input_range,
+            variants=["f32"],
+            expect=[op],
         ),
     ]
-    if _prim in (lax.sinh_p, lax.asinh_p, lax.atanh_p, lax.tan_p, lax.asin_p, lax.atan_p):
-        _cs.append(case(f"{_prim.name}_tiny", _fn, [(6,)], input_range=(-1e-4, 1e-4)))
-    if _edges is not None:
-        _cs.append(case(f"{_prim.name}_edges", _fn, [_edges]))
-    family.lowering(_prim, cases=_cs)(
+    if prim in (lax.sinh_p, lax.asinh_p, lax.atanh_p, lax.tan_p, lax.asin_p, lax.atan_p):
+        cases.append(case(f"{prim.name}_tiny", fn, [(6,)], input_range=(-1e-4, 1e-4)))
+    if edges is not None:
+        cases.append(case(f"{prim.name}_edges", fn, [edges]))
+    return cases
+
+
+for _prim, _fn, _op, _f64, _range, _edges in _TABLE:
+    _cases = functools.partial(_table_cases, _prim, _fn, _op, _range, _edges)
+    family.lowering(_prim, cases=_cases)(
         _native_or_f64(
             _prim.name,
             _op,
@@ -255,7 +268,7 @@ for _prim, _fn, _op, _f64, _range, _edges in _TABLE:
 
 @family.lowering(
     lax.erf_p,
-    cases=[
+    cases=lambda: [
         case("erf", lax.erf, [("B", 5)], input_range=(-4.0, 4.0)),
         case("erf_tiny", lax.erf, [(6,)], input_range=(-1e-4, 1e-4)),
         case("erf_f32_op", lax.erf, [(4,)], variants=["f32"], expect=["Erf"]),
@@ -274,7 +287,7 @@ def erf(ctx, x, **_):
 
 @family.lowering(
     lax.erfc_p,
-    cases=[
+    cases=lambda: [
         case("erfc", lax.erfc, [("B", 5)], input_range=(-3.0, 9.0)),
         case("erfc_tail", lax.erfc, [(6,)], input_range=(3.0, 25.0)),
         case(
@@ -296,7 +309,7 @@ def erfc(ctx, x, **_):
 
 @family.lowering(
     lax.erf_inv_p,
-    cases=[
+    cases=lambda: [
         case("erf_inv", lax.erf_inv, [("B", 5)], input_range=(-0.99, 0.99)),
         case("erf_inv_tiny", lax.erf_inv, [(6,)], input_range=(-1e-4, 1e-4)),
         case(

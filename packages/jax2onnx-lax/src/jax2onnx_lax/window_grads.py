@@ -239,7 +239,7 @@ _SUM_ORDER = dict(inputs=[_TIED, _WEIGHTS], tolerances={"float32": (0, 0), "floa
 family.lowering(
     lax.select_and_scatter_add_p,
     min_opset=13,
-    cases=[
+    cases=lambda: [
         case(
             "opset13_max_pool_grad",
             _max_pool_grad(),
@@ -263,7 +263,7 @@ family.lowering(
 family.lowering(
     lax.select_and_scatter_add_p,
     min_opset=16,
-    cases=[
+    cases=lambda: [
         case("max_pool_grad", _max_pool_grad(), [NHWC], expect=["ScatterElements"]),
         case(
             "max_pool_grad_overlap",
@@ -279,7 +279,7 @@ family.lowering(
 
 family.lowering(
     lax.select_and_gather_add_p,
-    cases=[
+    cases=lambda: [
         case("max_pool_jvp", _jvp(max_pool), [NHWC, NHWC]),
         case("min_pool_jvp", _jvp(min_pool), [NHWC, NHWC]),
         case(

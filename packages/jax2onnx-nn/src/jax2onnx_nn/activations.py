@@ -151,7 +151,7 @@ relu_p = _activation(
     _NN.relu,
     lambda ctx, x: ctx.op.Relu(x),
     "One Relu.",
-    [
+    lambda: [
         *_cases("relu", lambda x: jax.nn.relu(x), "Relu", f64_counts={"Relu": 1}),
         case("relu_int32", lambda x: jax.nn.relu(x), [(5,)], dtypes=[np.int32]),
     ],
@@ -162,7 +162,7 @@ relu6_p = _activation(
     _NN.relu6,
     lambda ctx, x: ctx.op.Clip(x, 0.0, 6.0),
     "``Clip(x, 0, 6)``.",
-    _cases("relu6", lambda x: jax.nn.relu6(x), "Clip", input_range=(-9.0, 9.0)),
+    lambda: _cases("relu6", lambda x: jax.nn.relu6(x), "Clip", input_range=(-9.0, 9.0)),
     native=FLOATS,
 )
 sigmoid_p = _activation(
@@ -170,7 +170,7 @@ sigmoid_p = _activation(
     _NN.sigmoid,
     lambda ctx, x: ctx.op.Sigmoid(x),
     "One Sigmoid.",
-    _cases("sigmoid", lambda x: jax.nn.sigmoid(x), "Sigmoid", f64_counts={"Sigmoid": 1}),
+    lambda: _cases("sigmoid", lambda x: jax.nn.sigmoid(x), "Sigmoid", f64_counts={"Sigmoid": 1}),
     native=kernel_dtypes("Sigmoid"),
 )
 log_sigmoid_p = _activation(
@@ -178,7 +178,7 @@ log_sigmoid_p = _activation(
     _NN.log_sigmoid,
     lambda ctx, x: ctx.op.Neg(ctx.op.Softplus(ctx.op.Neg(x))),
     "``-Softplus(-x)``: stable for large |x| (``Log(Sigmoid(x))`` underflows).",
-    _cases(
+    lambda: _cases(
         "log_sigmoid",
         lambda x: jax.nn.log_sigmoid(x),
         "Neg -> Softplus -> Neg",
@@ -191,7 +191,9 @@ softplus_p = _activation(
     _NN.softplus,
     lambda ctx, x: ctx.op.Softplus(x),
     "One Softplus.",
-    _cases("softplus", lambda x: jax.nn.softplus(x), "Softplus", f64_counts={"Softplus": 0}),
+    lambda: _cases(
+        "softplus", lambda x: jax.nn.softplus(x), "Softplus", f64_counts={"Softplus": 0}
+    ),
     native=kernel_dtypes("Softplus"),
 )
 soft_sign_p = _activation(
@@ -199,7 +201,9 @@ soft_sign_p = _activation(
     _NN.soft_sign,
     lambda ctx, x: ctx.op.Softsign(x),
     "One Softsign.",
-    _cases("soft_sign", lambda x: jax.nn.soft_sign(x), "Softsign", f64_counts={"Softsign": 0}),
+    lambda: _cases(
+        "soft_sign", lambda x: jax.nn.soft_sign(x), "Softsign", f64_counts={"Softsign": 0}
+    ),
     native=kernel_dtypes("Softsign"),
 )
 silu_p = _activation(
@@ -207,7 +211,7 @@ silu_p = _activation(
     _NN.silu,
     lambda ctx, x: ctx.op.Mul(x, ctx.op.Sigmoid(x)),
     "``x * Sigmoid(x)`` (ONNX has no Swish/SiLU op).",
-    [
+    lambda: [
         *_cases("silu", lambda x: jax.nn.silu(x), "Sigmoid -> Mul", counts={"Sigmoid": 1}),
         case("swish", lambda x: jax.nn.swish(x), [("B", 3)], expect=["Sigmoid -> Mul:Bx3"]),
     ],
@@ -219,7 +223,7 @@ elu_p = _activation(
     _NN.elu,
     lambda ctx, x, alpha: ctx.op.Elu(x, alpha=float(alpha)),
     "One Elu with ``alpha``.",
-    [
+    lambda: [
         *_cases("elu", lambda x: jax.nn.elu(x), "Elu", f64_counts={"Elu": 0}),
         case("elu_alpha", lambda x: jax.nn.elu(x, 0.5), [(2, 3)], expect=["Elu"], variants=["f32"]),
         case("elu_alpha_array", lambda x, a: jax.nn.elu(x, a), [(2, 3), ()]),
@@ -231,7 +235,7 @@ celu_p = _activation(
     _NN.celu,
     lambda ctx, x, alpha: ctx.op.Celu(x, alpha=float(alpha)),
     "One Celu with ``alpha`` (ONNX defines Celu for float32 only).",
-    [
+    lambda: [
         *_cases("celu", lambda x: jax.nn.celu(x), "Celu", f64_counts={"Celu": 0}),
         case(
             "celu_alpha", lambda x: jax.nn.celu(x, 2.0), [(2, 3)], expect=["Celu"], variants=["f32"]
@@ -246,7 +250,7 @@ selu_p = _activation(
     _NN.selu,
     lambda ctx, x: ctx.op.Selu(x, alpha=_SELU_ALPHA, gamma=_SELU_SCALE),
     "One Selu with JAX's alpha and scale.",
-    _cases("selu", lambda x: jax.nn.selu(x), "Selu", f64_counts={"Selu": 0}),
+    lambda: _cases("selu", lambda x: jax.nn.selu(x), "Selu", f64_counts={"Selu": 0}),
     native=kernel_dtypes("Selu"),
 )
 leaky_relu_p = _activation(
@@ -254,7 +258,7 @@ leaky_relu_p = _activation(
     _NN.leaky_relu,
     lambda ctx, x, negative_slope: ctx.op.LeakyRelu(x, alpha=float(negative_slope)),
     "One LeakyRelu with ``alpha = negative_slope``.",
-    [
+    lambda: [
         *_cases(
             "leaky_relu", lambda x: jax.nn.leaky_relu(x), "LeakyRelu", f64_counts={"LeakyRelu": 0}
         ),
@@ -273,7 +277,7 @@ hard_tanh_p = _activation(
     _NN.hard_tanh,
     lambda ctx, x: ctx.op.Clip(x, -1.0, 1.0),
     "``Clip(x, -1, 1)``.",
-    _cases("hard_tanh", lambda x: jax.nn.hard_tanh(x), "Clip", input_range=(-3.0, 3.0)),
+    lambda: _cases("hard_tanh", lambda x: jax.nn.hard_tanh(x), "Clip", input_range=(-3.0, 3.0)),
     native=FLOATS,
 )
 hard_sigmoid_p = _activation(
@@ -281,7 +285,7 @@ hard_sigmoid_p = _activation(
     _NN.hard_sigmoid,
     lambda ctx, x: ctx.op.HardSigmoid(x, alpha=1.0 / 6.0, beta=0.5),
     "``HardSigmoid(alpha=1/6, beta=0.5)`` = ``relu6(x + 3) / 6``.",
-    _cases(
+    lambda: _cases(
         "hard_sigmoid",
         lambda x: jax.nn.hard_sigmoid(x),
         "HardSigmoid",
@@ -294,7 +298,7 @@ hard_silu_p = _activation(
     _NN.hard_silu,
     lambda ctx, x: ctx.op.HardSwish(x),
     "One HardSwish (``x * relu6(x + 3) / 6``).",
-    [
+    lambda: [
         *_cases(
             "hard_silu", lambda x: jax.nn.hard_silu(x), "HardSwish", f64_counts={"HardSwish": 0}
         ),
@@ -315,7 +319,7 @@ mish_p = _activation(
     _NN.mish,
     lambda ctx, x: ctx.op.Mish(x),
     "One Mish (``x * tanh(softplus(x))``).",
-    [
+    lambda: [
         *_cases("mish", lambda x: jax.nn.mish(x), "Mish", f64_counts={"Mish": 0}),
         case("mish_opset17", lambda x: jax.nn.mish(x), [(2, 3)], opset=17, counts={"Mish": 0}),
     ],
@@ -327,7 +331,7 @@ gelu_p = _activation(
     _NN.gelu,
     lambda ctx, x, approximate: ctx.op.Gelu(x, approximate="tanh" if approximate else "none"),
     "One Gelu (``approximate='tanh'`` or ``'none'``).",
-    [
+    lambda: [
         *_cases(
             "gelu", lambda x: jax.nn.gelu(x), "Gelu", counts={"Tanh": 0}, f64_counts={"Gelu": 0}
         ),
@@ -361,7 +365,7 @@ squareplus_p = _activation(
     _NN.squareplus,
     lambda ctx, x, b: ctx.op.Div(ctx.op.Add(x, ctx.op.Sqrt(ctx.op.Add(ctx.op.Mul(x, x), b))), 2),
     "``(x + Sqrt(x*x + b)) / 2`` (no ONNX op).",
-    [
+    lambda: [
         *_cases("squareplus", lambda x: jax.nn.squareplus(x), "Mul -> Add -> Sqrt -> Add -> Div"),
         case("squareplus_b", lambda x: jax.nn.squareplus(x, 1.5), [(2, 3)]),
     ],
@@ -382,7 +386,9 @@ sparse_plus_p = _activation(
     _NN.sparse_plus,
     _sparse_plus,
     "``0`` below -1, ``x`` above 1, ``(x + 1)**2 / 4`` between: two Where (no ONNX op).",
-    _cases("sparse_plus", lambda x: jax.nn.sparse_plus(x), "Where", input_range=(-2.0, 2.0)),
+    lambda: _cases(
+        "sparse_plus", lambda x: jax.nn.sparse_plus(x), "Where", input_range=(-2.0, 2.0)
+    ),
     native=FLOATS,
 )
 sparse_sigmoid_p = _activation(
@@ -390,7 +396,7 @@ sparse_sigmoid_p = _activation(
     _NN.sparse_sigmoid,
     lambda ctx, x: ctx.op.Mul(ctx.op.Clip(ctx.op.Add(x, 1.0), 0.0, 2.0), 0.5),
     "``0.5 * Clip(x + 1, 0, 2)`` (no ONNX op).",
-    _cases(
+    lambda: _cases(
         "sparse_sigmoid",
         lambda x: jax.nn.sparse_sigmoid(x),
         "Add -> Clip -> Mul",
@@ -403,7 +409,7 @@ log1mexp_p = _activation(
     _NN.log1mexp,
     None,
     "",
-    [
+    lambda: [
         case("log1mexp", lambda x: jax.nn.log1mexp(x), [("B", 7)], input_range=(0.01, 5.0)),
         case(
             "log1mexp_vmap",
@@ -429,7 +435,7 @@ identity_p = _activation(
     _NN.identity,
     lambda ctx, x: ctx.op.Identity(x),
     "One Identity.",
-    [
+    lambda: [
         *_cases("identity", lambda x: jax.nn.identity(x), "Identity", grad=False),
         case("identity_grad", jax.grad(lambda x: (jax.nn.identity(x) * x).sum()), [("B",)]),
         case("identity_int32", lambda x: jax.nn.identity(x) + 1, [(4,)], dtypes=[np.int32]),

@@ -118,7 +118,7 @@ _MASK_ROW[0, 0, 2] = False  # a fully masked row: uniform in JAX
     attention_p,
     min_opset=23,
     native_dtypes=(*kernel_dtypes("Attention"), np.bool_),  # float32 operands, a boolean mask
-    cases=[
+    cases=lambda: [
         case(
             "dpa",
             lambda q, k, v: jax.nn.dot_product_attention(q, k, v),

@@ -119,7 +119,7 @@ _FLAGS = np.array([True, False, True, False])
 
 @family.lowering(
     dropout_p,
-    cases=[
+    cases=lambda: [
         case("dropout_flag", _flagged, [("B", 6), _TRUE], expect=["Not -> Dropout -> Where:Bx6"]),
         case(
             "dropout_training",

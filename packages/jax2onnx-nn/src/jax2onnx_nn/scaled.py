@@ -192,7 +192,7 @@ _SHAPES = [("B", 3, 64), ("B", 4, 64), ("B", 3, 2), ("B", 4, 2)]
 
 @family.lowering(
     scaled_matmul_p,
-    cases=[
+    cases=lambda: [
         case(
             "scaled_matmul",
             _via_jax_nn,
@@ -317,7 +317,7 @@ def _eval_with_reference(jaxpr, consts, *args):
 
 family.add_cases(
     "jax.nn.scaled_dot_general",
-    [
+    lambda: [
         case(
             "mxfp8_vmap",
             jax.vmap(_mxfp8),

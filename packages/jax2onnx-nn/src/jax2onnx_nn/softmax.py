@@ -97,7 +97,7 @@ _MASK = np.array([[True, False, True, True], [False, True, True, False]])
 @family.lowering(
     softmax_p,
     native_dtypes=kernel_dtypes("Softmax"),
-    cases=[
+    cases=lambda: [
         case("softmax", lambda x: jax.nn.softmax(x), [("B", 5)], expect=["Softmax:Bx5"]),
         case(
             "softmax_axis0",
@@ -178,7 +178,7 @@ log_softmax_p = macro(
 @family.lowering(
     log_softmax_p,
     native_dtypes=kernel_dtypes("LogSoftmax"),
-    cases=[
+    cases=lambda: [
         case(
             "log_softmax",
             lambda x: jax.nn.log_softmax(x),
@@ -274,7 +274,7 @@ _LSE_EDGES = np.array(
     logsumexp_p,
     min_opset=18,
     native_dtypes=FLOATS,
-    cases=[
+    cases=lambda: [
         case(
             "logsumexp",
             lambda x: jax.nn.logsumexp(x, axis=-1),
@@ -362,7 +362,7 @@ standardize_p = macro(
     standardize_p,
     min_opset=17,
     native_dtypes=FLOATS,
-    cases=[
+    cases=lambda: [
         case(
             "standardize",
             lambda x: jax.nn.standardize(x),
@@ -443,7 +443,7 @@ glu_p = macro(
 @family.lowering(
     glu_p,
     native_dtypes=kernel_dtypes("Split", "Sigmoid", "Mul"),
-    cases=[
+    cases=lambda: [
         case("glu", lambda x: jax.nn.glu(x), [("B", 6)], expect=["Split -> Sigmoid -> Mul:Bx3"]),
         case("glu_axis0", lambda x: jax.nn.glu(x, axis=0), [(4, "B")], expect=["Split"]),
         case("glu_opset17", lambda x: jax.nn.glu(x), [(2, 6)], opset=17, expect=["Split"]),
@@ -497,7 +497,7 @@ _LABELS = np.array([0, 2, -1, 3, 1, 7], np.int32)
 
 @family.lowering(
     one_hot_p,
-    cases=[
+    cases=lambda: [
         case(
             "one_hot",
             lambda x: jax.nn.one_hot(x, 4),

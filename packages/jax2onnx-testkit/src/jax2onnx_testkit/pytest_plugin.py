@@ -29,10 +29,13 @@ def _distribution_plugins(test_file: str) -> list[str]:
 def collect_variants(plugin_names, extra_rules=()):
     """Every variant of every case of the named plugins and of ``extra_rules``.
 
-    Raises ``pytest.UsageError`` when a named plugin is not loaded, or when
-    two cases have the same id.
+    Reading a plugin's cases builds them (its case functions run now).
+    Raises ``pytest.UsageError`` when a named plugin is not loaded, when its
+    cases cannot be built (naming the plugin, the component and the line),
+    or when two cases have the same id.
     """
     import jax2onnx
+    from jax2onnx.plugin import CaseError
     from jax2onnx_testkit.check import variants_of
 
     loaded = {p.name: p for p in jax2onnx.plugins().plugins}
@@ -47,7 +50,11 @@ def collect_variants(plugin_names, extra_rules=()):
     sources += [(r.name, r) for r in extra_rules]
     variants = []
     for plugin, rules in sources:
-        for component, case in rules.cases:
+        try:
+            cases = rules.cases  # the plugin's case functions run here, not at load
+        except CaseError as err:
+            raise pytest.UsageError(str(err)) from err
+        for component, case in cases:
             variants.extend(variants_of(plugin, component, case, extra_rules))
     seen: set[str] = set()
     for variant in variants:

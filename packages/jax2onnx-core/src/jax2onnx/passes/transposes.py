@@ -370,6 +370,9 @@ class _Rewriter:
         """Give the consumers outside the region what they read before."""
         graph, seed = self.graph, id(value) in region.seeds
         transposes, other = region._outside_uses(graph, value)
+        skip = {id(u) for u in transposes}  # they will read the untransposed value
+        users = [(u, s) for u, s in value.uses() if id(u) not in region.nodes and id(u) not in skip]
+        was_output = [i for i, v in enumerate(graph.outputs) if v is value]
         for user in transposes:
             composed = [region.perm[i] for i in _perm(user)]
             user.replace_input_with(0, source)
@@ -377,8 +380,6 @@ class _Rewriter:
             if composed == sorted(composed):
                 _drop_identity(graph, user)
         if other and not seed:
-            users = [(u, s) for u, s in value.uses() if id(u) not in region.nodes]
-            was_output = [i for i, v in enumerate(graph.outputs) if v is value]
             moved = self.transpose_after(value, region.perm, shape)
             for user, slot in users:
                 user.replace_input_with(slot, moved)
