@@ -16,7 +16,11 @@ Two probes, each run ``--runs`` times in new interpreters, alternating:
   two runs first pays JAX's own first-trace costs, so the probe alternates
   the order: ``convert_first`` (the conversion really is the process's first
   trace; ``make_jaxpr`` then reuses JAX's caches, so the difference is an
-  upper bound) and ``jaxpr_first`` (a lower bound).
+  upper bound) and ``jaxpr_first`` (a lower bound). Of the conversion, the
+  probe also reports the import of ``onnx`` and ``onnx_ir``, loading the
+  plugins, and the time Python's garbage collector ran (a full collection
+  of the process's objects, jax's and flax's included, often falls in the
+  first conversion).
 
 Every figure is also given as a ratio to ``import jax`` measured in the same
 process, so the report compares numbers of one command. The probes run without
@@ -65,11 +69,34 @@ inference = nnx.clone(model)
 inference.eval()  # what to_onnx exports: BatchNorm's running statistics, no Dropout
 
 
+import gc
+
+parts = {"ir": 0.0, "plugins": 0.0, "gc": 0.0}
+gc_started = [0.0]
+
+
+def gc_timer(phase, info):
+    if phase == "start":
+        gc_started[0] = time.perf_counter()
+    elif timing[0]:
+        parts["gc"] += time.perf_counter() - gc_started[0]
+
+
+timing = [False]
+gc.callbacks.append(gc_timer)
+
+
 def convert():
+    timing[0] = True
     start = time.perf_counter()
     import jax2onnx
+    import jax2onnx._ir  # onnx and onnx_ir, which every conversion needs
 
+    parts["ir"] = time.perf_counter() - start
+    jax2onnx.plugins()
+    parts["plugins"] = time.perf_counter() - start - parts["ir"]
     jax2onnx.to_onnx(model, [("B", 30)])
+    timing[0] = False
     return time.perf_counter() - start
 
 
@@ -84,7 +111,7 @@ if sys.argv[1] == "convert_first":
     converted, traced = convert(), trace()
 else:
     traced, converted = trace(), convert()
-print(t1 - t0, converted, traced)
+print(t1 - t0, converted, traced, parts["ir"], parts["plugins"], parts["gc"])
 """
 
 
@@ -106,7 +133,8 @@ def main() -> int:
     imports: dict[str, list[float]] = {"jax": [], "ours": [], "loads": []}
     orders = ("convert_first", "jaxpr_first")
     convert: dict[str, dict[str, list[float]]] = {
-        o: {"jax": [], "convert": [], "jaxpr": []} for o in orders
+        o: {"jax": [], "convert": [], "jaxpr": [], "ir": [], "plugins": [], "gc": []}
+        for o in orders
     }
     heavy = "-"
     # one discarded run of each probe writes the bytecode caches
@@ -118,10 +146,9 @@ def main() -> int:
         imports["ours"].append(float(ours))
         imports["loads"].append(float(load))
         for order in orders:
-            jax_s, converted, traced = _run(CONVERT_PROBE, order, EXAMPLES)
-            convert[order]["jax"].append(float(jax_s))
-            convert[order]["convert"].append(float(converted))
-            convert[order]["jaxpr"].append(float(traced))
+            figures = _run(CONVERT_PROBE, order, EXAMPLES)
+            for key, value in zip(("jax", "convert", "jaxpr", "ir", "plugins", "gc"), figures):
+                convert[order][key].append(float(value))
     jax_median = statistics.median(imports["jax"])
     ours, loads = statistics.median(imports["ours"]), statistics.median(imports["loads"])
     result = {
@@ -144,6 +171,9 @@ def main() -> int:
             "make_jaxpr_s": _median(runs["jaxpr"]),
             "beyond_make_jaxpr_s": _median(beyond),
             "beyond_make_jaxpr_ratio_to_import_jax": _median(ratios),
+            "of_which_onnx_and_onnx_ir_import_s": _median(runs["ir"]),
+            "of_which_plugins_s": _median(runs["plugins"]),
+            "of_which_garbage_collection_s": _median(runs["gc"]),
         }
     print(json.dumps(result, indent=2))
     return 0

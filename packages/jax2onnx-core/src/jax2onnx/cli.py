@@ -223,6 +223,39 @@ def cmd_plugins(args: argparse.Namespace, out: TextIO) -> int:
     return EXIT_OK
 
 
+def cmd_manifest(args: argparse.Namespace, out: TextIO) -> int:
+    import importlib.metadata
+    from pathlib import Path
+
+    from jax2onnx.deferred import source
+    from jax2onnx.loading import ENTRY_POINT_GROUP
+
+    found = [
+        ep
+        for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP)
+        if ep.name == args.plugin
+    ]
+    if not found:
+        raise UsageError(
+            f"no installed plugin (entry point of group 'jax2onnx') is named {args.plugin!r}"
+        )
+    module_name = found[0].module
+    module = importlib.import_module(module_name)
+    families = getattr(module, "FAMILIES", None)
+    if not families:
+        raise UsageError(f"{module_name} lists no FAMILIES (the family modules to defer)")
+    package = module_name.rpartition(".")[0]
+    modules = [f"{package}.{name}" if package else name for name in families]
+    text = source(args.plugin, modules, f"jax2onnx manifest {args.plugin}")
+    if args.output == "-":
+        out.write(text)
+        return EXIT_OK
+    target = Path(args.output or Path(module.__file__).with_name("_manifest.py"))
+    target.write_text(text)
+    out.write(f"wrote {target} ({len(modules)} family modules)\n")
+    return EXIT_OK
+
+
 def _type_text(type_proto: Any) -> str:
     import onnx
 
@@ -313,6 +346,16 @@ def build_parser(plugin_set: Any = None) -> argparse.ArgumentParser:
 
     plugins = commands.add_parser("plugins", help="list loaded plugins and load failures")
     plugins.set_defaults(run=cmd_plugins)
+
+    manifest = commands.add_parser(
+        "manifest",
+        help="write a plugin's _manifest.py (what each deferred family module declares)",
+        description="Import the family modules PLUGIN's entry-point module lists in FAMILIES "
+        "and write what each declares, for Rules.defer, as _manifest.py next to that module.",
+    )
+    manifest.add_argument("plugin", metavar="PLUGIN", help="the entry point's name, e.g. lax")
+    manifest.add_argument("-o", "--output", help="the file to write ('-': standard output)")
+    manifest.set_defaults(run=cmd_manifest)
 
     convert = commands.add_parser(
         "convert",

@@ -31,6 +31,8 @@ Example:
 from typing import TYPE_CHECKING
 
 from jax2onnx.cases import Case, CaseError, case
+from jax2onnx.deferred import DeferredFamily
+from jax2onnx.deferred import stale as stale_manifest
 from jax2onnx.dims import is_symbolic
 from jax2onnx.dtypes import onnx_dtype
 from jax2onnx.errors import (
@@ -87,6 +89,7 @@ def __getattr__(name: str):
 __all__ = [
     "Case",
     "CaseError",
+    "DeferredFamily",
     "Family",
     "Interception",
     "Jax2OnnxError",
@@ -115,6 +118,7 @@ __all__ = [
     "kernel_dtypes",
     "new_dimension",
     "onnx_dtype",
+    "stale_manifest",
     "stored_array",
     "stored_type",
 ]

@@ -8,140 +8,43 @@ result, so the rules a plugin set lowers with can no longer change.
 
 from __future__ import annotations
 
-import dataclasses
-from collections.abc import Callable, Iterable, Mapping
+import importlib
+import threading
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
-import numpy as np
-
 from jax2onnx.cases import Case, CaseSource, DeclaredCases
+from jax2onnx.deferred import DeferredFamily
+from jax2onnx.errors import PluginLoadError
+from jax2onnx.records import (
+    Interception,
+    Lowering,
+    LoweringFn,
+    MacroInfo,
+    Prepared,
+    dtype_set,
+    make_macro,
+    primitive_name,
+)
 
-LoweringFn = Callable[..., Any]
 _VALUES = ("real", "complex", "any")
+__all__ = [
+    "Interception",
+    "Lowering",
+    "LoweringFn",
+    "MacroInfo",
+    "Prepared",
+    "Rules",
+    "make_macro",
+    "primitive_name",
+]
 
-
-def primitive_name(primitive: Any) -> str:
-    """The name a primitive has in a jaxpr (a ``Primitive`` or its name)."""
-    name = primitive if isinstance(primitive, str) else getattr(primitive, "name", None)
-    if not isinstance(name, str) or not name:
-        raise TypeError(f"expected a JAX primitive or its name, got {primitive!r}")
-    return name
-
-
-def _dtype_set(dtypes: Iterable[Any] | None) -> frozenset[np.dtype] | None:
-    if dtypes is None:
-        return None
-    result = frozenset(np.dtype(d) for d in dtypes)
-    if not result:
-        raise ValueError("native_dtypes must name at least one dtype (or be None)")
-    return result
-
-
-@dataclasses.dataclass(frozen=True)
-class Lowering:
-    """One lowering rule for one primitive, as `Rules.lowering` records it.
-
-    Attributes:
-        primitive: the primitive's name in a jaxpr.
-        fn: the rule, ``fn(ctx, *inputs, **params)``.
-        plugin: the name of the plugin that registered it.
-        min_opset: the oldest opset its ONNX form works at.
-        override: whether it replaces another plugin's lowering of the
-            primitive.
-        native_dtypes: the dtypes the rule runs for (``None``: all); other
-            inputs inline the fallback.
-        fallback: JAX's computation of the primitive, or ``None``.
-        values: ``"real"``, ``"complex"`` or ``"any"``: the equations it
-            lowers (see `Rules.lowering`).
-    """
-
-    primitive: str
-    fn: LoweringFn
-    plugin: str
-    min_opset: int = 1
-    override: bool = False
-    native_dtypes: frozenset[np.dtype] | None = None
-    fallback: Callable[..., Any] | None = None
-    values: str = "real"
-
-    @property
-    def tables(self) -> tuple[str, ...]:
-        """The kinds of equations it lowers: ``("real",)``, ``("complex",)`` or both."""
-        return ("real", "complex") if self.values == "any" else (self.values,)
-
-    @property
-    def where(self) -> str:
-        """The rule's ``module.qualname:line``, for error messages."""
-        code = getattr(self.fn, "__code__", None)
-        module = getattr(self.fn, "__module__", "?")
-        line = f":{code.co_firstlineno}" if code else ""
-        return f"{module}.{getattr(self.fn, '__qualname__', self.fn)}{line}"
-
-
-@dataclasses.dataclass(frozen=True)
-class Interception:
-    """While tracing, ``target`` (``"module.attr"``) is replaced by ``replacement``.
-
-    Recorded by `Rules.intercept`.
-
-    Attributes:
-        target: the attribute replaced, ``"package.module.attr"``.
-        replacement: the binder: ``replacement(original)`` returns the
-            stand-in installed while ``to_onnx`` traces; ``None`` for the
-            default binder of ``primitive``.
-        primitive: the macro primitive the stand-in binds (or ``None``).
-        plugin: the name of the plugin that registered it.
-        aliases: other attributes patched with the same stand-in while they
-            are the very object ``target`` names.
-    """
-
-    target: str
-    replacement: Callable[..., Any] | None
-    primitive: Any
-    plugin: str
-    aliases: tuple[str, ...] = ()
-
-
-@dataclasses.dataclass(frozen=True)
-class MacroInfo:
-    """A macro primitive a plugin made: for ``ctx.fallback()``, docs and the CLI."""
-
-    name: str
-    primitive: Any
-    batching: str
-    jvp: str
-    impl: Callable[..., Any] | None = None
-
-
-def _strategy_label(strategy: Any) -> str:
-    if strategy is None:
-        return "none (non-differentiable)"
-    if callable(strategy):
-        return "explicit"
-    return str(strategy)
-
-
-def make_macro(
-    name: str,
-    *,
-    impl: Callable[..., Any],
-    batching: Any = "fallback",
-    jvp: Any = "fallback",
-    multiple_results: bool = False,
-    abstract_eval: Callable[..., Any] | None = None,
-) -> MacroInfo:
-    """A macro primitive named ``name`` (see :mod:`jax2onnx.macro`) and its description."""
-    from jax2onnx.macro import make_primitive
-
-    prim = make_primitive(
-        name,
-        impl,
-        batching_rule=batching,
-        jvp_rule=jvp,
-        multiple_results=multiple_results,
-        abstract_eval=abstract_eval,
-    )
-    return MacroInfo(prim.name, prim, _strategy_label(batching), _strategy_label(jvp), impl)
+Snapshot = tuple[
+    tuple[Lowering, ...],
+    tuple[Interception, ...],
+    tuple[MacroInfo, ...],
+    tuple[DeferredFamily, ...],
+]
 
 
 class Rules:
@@ -161,9 +64,6 @@ class Rules:
             plugin's gap.
 
     Attributes:
-        lowerings: the `Lowering` of every registered rule.
-        interceptions: the `Interception` of every ``intercept`` call.
-        macros: the macro primitives made with ``primitive``.
         tracing_contexts: the factories given to ``tracing_context``.
 
     Raises:
@@ -175,17 +75,52 @@ class Rules:
             raise ValueError(f"plugin name {name!r} must be a non-empty identifier")
         self.name = name
         self.libraries = tuple(libraries)
-        self.lowerings: list[Lowering] = []
+        self._lowerings: list[Lowering] = []
         self._slots: dict[tuple[str, int, str], Lowering] = {}
-        self.interceptions: list[Interception] = []
-        self.macros: list[MacroInfo] = []
+        self._interceptions: list[Interception] = []
+        self._macros: list[MacroInfo] = []
         self.tracing_contexts: list[Callable[[], Any]] = []
         self._declared_cases: list[DeclaredCases] = []
         self._cases: tuple[tuple[str, Case], ...] | None = None
+        self._manifest: dict[str, DeferredFamily] = {}  # every deferred module, by name
+        self._deferred: dict[str, DeferredFamily] = {}  # those not imported yet
+        self._lock = threading.RLock()
+        self._loading = False
         self._frozen = False
 
     def __repr__(self) -> str:
-        return f"Rules({self.name!r}, lowerings={len(self.lowerings)}, macros={len(self.macros)})"
+        return (
+            f"Rules({self.name!r}, lowerings={len(self._lowerings)}, "
+            f"macros={len(self._macros)}, deferred={len(self._deferred)})"
+        )
+
+    @property
+    def lowerings(self) -> tuple[Lowering, ...]:
+        """The `Lowering` of every registered rule (deferred modules are imported first)."""
+        self.load_deferred()
+        return tuple(self._lowerings)
+
+    @property
+    def interceptions(self) -> tuple[Interception, ...]:
+        """The `Interception` of every ``intercept`` call (deferred modules imported first)."""
+        self.load_deferred()
+        return tuple(self._interceptions)
+
+    @property
+    def macros(self) -> tuple[MacroInfo, ...]:
+        """The macro primitives made with ``primitive`` (deferred modules imported first)."""
+        self.load_deferred()
+        return tuple(self._macros)
+
+    @property
+    def deferred(self) -> tuple[DeferredFamily, ...]:
+        """The family modules given to `Rules.defer` that are not imported yet."""
+        return tuple(self._deferred.values())
+
+    @property
+    def manifest(self) -> tuple[DeferredFamily, ...]:
+        """Every family module given to `Rules.defer`, imported or not."""
+        return tuple(self._manifest.values())
 
     @property
     def cases(self) -> tuple[tuple[str, Case], ...]:
@@ -193,12 +128,13 @@ class Rules:
 
         The case functions run on the first read, not when the plugin loads:
         conversions never build cases; the testkit and the coverage table read
-        them.
+        them. Deferred family modules are imported first.
 
         Raises:
             CaseError: a case function failed, or returned something other
                 than `Case` objects (the message names the plugin and component).
         """
+        self.load_deferred()
         if self._cases is None:
             self._cases = tuple(pair for d in self._declared_cases for pair in d.build(self.name))
         return self._cases
@@ -209,18 +145,89 @@ class Rules:
         return self._frozen
 
     def freeze(self) -> Rules:
-        """Refuse further changes (the loader freezes every plugin's rules)."""
+        """Refuse further changes (the loader freezes every plugin's rules).
+
+        Deferred family modules still register when they are imported.
+        """
         if not self._frozen:
-            self.lowerings = tuple(self.lowerings)  # type: ignore[assignment]
-            self.interceptions = tuple(self.interceptions)  # type: ignore[assignment]
-            self.macros = tuple(self.macros)  # type: ignore[assignment]
-            self._declared_cases = tuple(self._declared_cases)  # type: ignore[assignment]
             self.tracing_contexts = tuple(self.tracing_contexts)  # type: ignore[assignment]
             self._frozen = True
         return self
 
+    def defer(self, manifest: Mapping[str, Mapping[str, Sequence[str]]]) -> None:
+        """Register family modules when a conversion needs them, not now.
+
+        ``manifest`` maps each module's import name to what it declares:
+        ``{"lowers": [primitive names], "macros": [macro names it does not lower],
+        "intercepts": ["module.attr" targets]}``, as ``jax2onnx manifest PLUGIN``
+        generates it (see :mod:`jax2onnx.deferred`). A module is imported, and its
+        ``register(rules)`` called, when a jaxpr holds one of its primitives,
+        when a conversion starts while an interception target's package is
+        imported, or when the rules' lowerings, interceptions, macros or
+        cases are read. The testkit checks the manifest against the modules.
+
+        Raises:
+            ValueError: a module is deferred twice, or an entry has unknown
+                keys.
+            TypeError: an entry is not lists of names.
+            RuntimeError: the rules are frozen.
+        """
+        self._check_open("deferred family modules")
+        for module, entry in manifest.items():
+            family = DeferredFamily.of(module, entry)
+            if module in self._manifest:
+                raise ValueError(f"plugin {self.name!r} defers {module!r} twice")
+            self._manifest[module] = self._deferred[module] = family
+
+    def load_deferred(self, modules: Iterable[str] | None = None) -> None:
+        """Import deferred family modules (``None``: all) and register their declarations.
+
+        Safe to call from several threads; a module loads once.
+        """
+        if not self._deferred:
+            return
+        with self._lock:
+            wanted = list(self._deferred) if modules is None else list(modules)
+            for module in wanted:
+                if module not in self._deferred:
+                    continue
+                self._loading = True
+                try:
+                    importlib.import_module(module).register(self)
+                except Exception as err:
+                    raise PluginLoadError(
+                        f"family module {module} of plugin {self.name!r} failed to load when "
+                        f"a conversion needed it: {type(err).__name__}: {err}. Fix or "
+                        f"reinstall the plugin, or disable it with JAX2ONNX_DISABLE_PLUGINS="
+                        f"{self.name}."
+                    ) from err
+                finally:
+                    self._loading = False
+                    del self._deferred[module]  # loaded once, even when it failed
+
+    def snapshot(
+        self,
+    ) -> tuple[
+        tuple[Lowering, ...],
+        tuple[Interception, ...],
+        tuple[MacroInfo, ...],
+        tuple[DeferredFamily, ...],
+    ]:
+        """What is registered now and what is still deferred, read consistently (no loading).
+
+        For the registry: a module another thread is loading is either still
+        deferred or completely registered.
+        """
+        with self._lock:
+            return (
+                tuple(self._lowerings),
+                tuple(self._interceptions),
+                tuple(self._macros),
+                tuple(self._deferred.values()),
+            )
+
     def _check_open(self, what: str) -> None:
-        if self._frozen:
+        if self._frozen and not self._loading:
             raise RuntimeError(
                 f"Rules({self.name!r}) is frozen: it was loaded into a plugin set, so {what} "
                 "cannot be added. Register everything inside the plugin's jax2onnx_rules(), "
@@ -288,7 +295,7 @@ class Rules:
             raise ValueError(f"values must be one of {_VALUES}, got {values!r}")
         names = [primitive_name(p) for p in primitives]
         declared = DeclaredCases.of(names[0], cases)
-        natives = _dtype_set(native_dtypes)
+        natives = dtype_set(native_dtypes)
 
         def register(fn: LoweringFn) -> LoweringFn:
             for name in names:
@@ -312,7 +319,7 @@ class Rules:
                 f"{lowering.min_opset}: {existing.where} and {lowering.where}"
             )
         self._slots.update(dict.fromkeys(slots, lowering))
-        self.lowerings.append(lowering)
+        self._lowerings.append(lowering)
 
     def elementwise(
         self, ops: Mapping[Any, str], *, min_opset: int = 1, override: bool = False
@@ -407,7 +414,7 @@ class Rules:
 
     def _add_macro(self, info: MacroInfo) -> None:
         self._check_open(f"macro primitive {info.name!r}")
-        self.macros.append(info)
+        self._macros.append(info)
 
     def intercept(
         self,
@@ -459,7 +466,7 @@ class Rules:
 
             make = binder or (lambda original: default_binder(original, primitive))
             binder = accepting(make, accept)
-        self.interceptions.append(
+        self._interceptions.append(
             Interception(target, binder, primitive, self.name, tuple(aliases))
         )
 
@@ -476,6 +483,11 @@ class Rules:
         library is not imported): it must not import the library itself.
         """
         self._check_open("a tracing context")
+        if self._loading:
+            raise RuntimeError(
+                f"a deferred family module of plugin {self.name!r} registers a tracing context; "
+                "register it in the plugin's jax2onnx_rules() instead"
+            )
         if not callable(factory):
             raise TypeError(f"tracing_context takes a callable, got {type(factory).__name__}")
         self.tracing_contexts.append(factory)
@@ -488,19 +500,3 @@ def _one_op(op_type: str) -> LoweringFn:
     lower.__name__ = lower.__qualname__ = f"elementwise_{op_type}"
     lower.__doc__ = f"One {op_type} node."
     return lower
-
-
-@dataclasses.dataclass(frozen=True)
-class Prepared:
-    """What a ``jax2onnx_prepare`` hook returns: a pure function to trace.
-
-    Attributes:
-        fn: takes the user's positional inputs (and ``input_params`` as
-            keywords) and returns the outputs; arrays it closes over become
-            initializers of the exported model.
-        name: a name for what was prepared (informational; the core does
-            not read it).
-    """
-
-    fn: Callable[..., Any]
-    name: str | None = None

@@ -21,7 +21,7 @@ from typing import Any
 
 from jax2onnx.plugin import PrepareConfig, Prepared, Rules, hookimpl
 
-# the family modules, imported by name when the rules are built
+# the family modules; _manifest.py (`jax2onnx manifest PLUGIN`) says what each declares
 FAMILIES = (
     "internal",
     "errors",
@@ -41,8 +41,9 @@ CASE_MODULES = {"models": "model_cases"}
 def jax2onnx_rules() -> Rules:
     """A new Rules with every family module's declarations."""
     rules = Rules("equinox", libraries=("equinox",))
-    for name in FAMILIES:
-        importlib.import_module(f"{__package__}.{name}").register(rules)
+    from jax2onnx_equinox._manifest import MANIFEST
+
+    rules.defer(MANIFEST)  # each family module is imported when a conversion needs it
     for component, name in CASE_MODULES.items():
         rules.add_cases(component, functools.partial(_cases_of, name))
     return rules

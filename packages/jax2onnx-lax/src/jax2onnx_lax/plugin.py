@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import importlib
-
 from jax2onnx.plugin import Rules, hookimpl
 
-# the family modules, imported by name when the rules are built
+# the family modules; _manifest.py (`jax2onnx manifest PLUGIN`) says what each declares
 FAMILIES = (
     "bessel",
     "binary",
@@ -53,6 +51,7 @@ FAMILIES = (
 @hookimpl
 def jax2onnx_rules() -> Rules:
     rules = Rules("lax", libraries=("jax",))
-    for name in FAMILIES:
-        importlib.import_module(f"{__package__}.{name}").register(rules)
+    from jax2onnx_lax._manifest import MANIFEST
+
+    rules.defer(MANIFEST)  # each family module is imported when a conversion needs it
     return rules

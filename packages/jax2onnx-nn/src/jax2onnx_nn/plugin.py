@@ -9,11 +9,9 @@ convert too.
 
 from __future__ import annotations
 
-import importlib
-
 from jax2onnx.plugin import Rules, hookimpl
 
-# the family modules, imported by name when the rules are built
+# the family modules; _manifest.py (`jax2onnx manifest PLUGIN`) says what each declares
 FAMILIES = (
     "activations",
     "attention",
@@ -28,6 +26,7 @@ FAMILIES = (
 def jax2onnx_rules() -> Rules:
     """A new Rules with every family module's declarations."""
     rules = Rules("nn")
-    for name in FAMILIES:
-        importlib.import_module(f"{__package__}.{name}").register(rules)
+    from jax2onnx_nn._manifest import MANIFEST
+
+    rules.defer(MANIFEST)  # each family module is imported when a conversion needs it
     return rules

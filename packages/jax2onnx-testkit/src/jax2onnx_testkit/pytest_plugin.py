@@ -47,6 +47,8 @@ def collect_variants(plugin_names, extra_rules=()):
             "install the distribution that provides them"
         )
     sources = [(n, loaded[n].rules) for n in plugin_names if loaded[n].rules is not None]
+    for name, rules in sources:
+        _check_manifest(loaded[name], rules)
     sources += [(r.name, r) for r in extra_rules]
     variants = []
     for plugin, rules in sources:
@@ -65,6 +67,25 @@ def collect_variants(plugin_names, extra_rules=()):
             )
         seen.add(variant.id)
     return variants
+
+
+def _check_manifest(plugin, rules) -> None:
+    """Refuse to test a plugin whose deferred-module manifest no longer matches its modules."""
+    import importlib
+
+    from jax2onnx.plugin import stale_manifest
+
+    if not rules.manifest:
+        return
+    module = importlib.import_module(plugin.module)
+    package = plugin.module.rpartition(".")[0]
+    listed = [f"{package}.{n}" if package else n for n in getattr(module, "FAMILIES", ())]
+    problems = stale_manifest(rules.name, rules.manifest, listed)
+    if problems:
+        raise pytest.UsageError(
+            f"the manifest of jax2onnx plugin {rules.name!r} is stale; regenerate it with "
+            f"`jax2onnx manifest {plugin.name}`: " + "; ".join(problems)
+        )
 
 
 def pytest_generate_tests(metafunc):
