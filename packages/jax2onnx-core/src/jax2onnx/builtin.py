@@ -15,6 +15,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.custom_batching import custom_vmap
 
+from jax2onnx import fusion_cases
 from jax2onnx.cases import case
 from jax2onnx.family import Family
 from jax2onnx.functions import onnx_function
@@ -589,4 +590,5 @@ def onnx_function_call(ctx, *args, body, op_type, domain, instance, n_params):
 def jax2onnx_rules() -> Rules:
     rules = Rules("core")
     family.register(rules)
+    fusion_cases.register(rules)  # the fusion pass's cases
     return rules

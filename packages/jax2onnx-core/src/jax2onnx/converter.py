@@ -250,7 +250,7 @@ def convert(
                 _complex_positions(v.aval.dtype for v in closed.jaxpr.outvars),
             )
     with step("passes", report_times):
-        passes.optimize(model)
+        passes.optimize(model, normalization_mode=options.normalization_mode)
     report = ConversionReport(
         types.MappingProxyType(report_times),
         types.MappingProxyType({k: frozenset(v) for k, v in emitted.items()}),

@@ -12,6 +12,9 @@ the nodes whose inputs are all initializers (a bias reshaped for
 broadcasting, ``rsqrt(var + eps)`` of a normalisation) for the ops whose
 NumPy result is bit-identical to ONNX Runtime's;
 :class:`DeduplicateWeightsPass` merges equal initializers of any size;
+:class:`FusePatternsPass` finds what a person would write as one op in
+what the lowerings emitted op by op (a layer norm written in ``jnp`` becomes
+``LayerNormalization``; see :mod:`jax2onnx.passes.fusion`);
 :class:`FuseMatMulAddPass` turns a 2-D ``MatMul + Add`` (a dense layer
 written as ``x @ w + b``, two primitives) into one Gemm. Every pass is
 deterministic, so the same input gives a byte-identical model.
@@ -21,6 +24,7 @@ from __future__ import annotations
 
 from jax2onnx._ir import common, ir
 from jax2onnx.passes.constants import FoldConstantsPass
+from jax2onnx.passes.fusion import FusePatternsPass
 from jax2onnx.passes.gemm import FuseMatMulAddPass
 from jax2onnx.passes.identities import EliminateIdentitiesPass
 from jax2onnx.passes.reshapes import FoldReshapesPass
@@ -34,12 +38,17 @@ __all__ = [
     "FoldReshapesPass",
     "FoldTransposesPass",
     "FuseMatMulAddPass",
+    "FusePatternsPass",
     "optimize",
 ]
 
 
-def optimize(model: ir.Model) -> ir.Model:
-    """Run the cleanup passes in place and return the model."""
+def optimize(model: ir.Model, *, normalization_mode: str = "auto") -> ir.Model:
+    """Run the cleanup passes in place and return the model.
+
+    ``normalization_mode`` is ``to_onnx``'s: ``"force_decomposed"`` keeps
+    normalisations written op by op as they are.
+    """
     passes = ir.passes.Sequential(
         EliminateIdentitiesPass(),
         FoldConstantsPass(),
@@ -47,6 +56,8 @@ def optimize(model: ir.Model) -> ir.Model:
         FoldReshapesPass(),
         common.RemoveUnusedNodesPass(),
         common.CommonSubexpressionEliminationPass(),
+        common.RemoveUnusedNodesPass(),
+        FusePatternsPass(normalization_mode),
         common.RemoveUnusedNodesPass(),
         FuseMatMulAddPass(),
         DeduplicateWeightsPass(),

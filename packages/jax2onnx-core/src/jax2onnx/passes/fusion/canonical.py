@@ -1,0 +1,194 @@
+"""Canonical forms: rewrites that remove nodes and give the fusions one form to match.
+
+* ``Unsqueeze(ReduceX(x, axes, keepdims=0), axes)`` -> ``ReduceX(x, axes, keepdims=1)``
+  (``jnp.mean(..., keepdims=True)`` lowers as a reduction and an Unsqueeze);
+* ``Div(ReduceSum(x, axes, keepdims=1), N)`` with ``N`` the number of reduced
+  elements -> ``ReduceMean(x, axes, keepdims=1)`` (JAX's mean is a sum and a
+  division);
+* an elementwise op reading ``Expand(a, shape)`` reads ``a`` when the op's own
+  broadcasting gives the same output shape;
+* ``Where(c, a, b)`` with a constant ``c`` that is all true (all false) is
+  ``a`` (``b``) when that has the output's shape (``jnp.var`` guards its
+  divisor so).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from jax2onnx._ir import ir
+from jax2onnx.passes.fusion.match import (
+    Match,
+    constant,
+    int_attr,
+    node,
+    producer,
+    rank,
+    reduced_axes,
+    scalar,
+)
+
+REDUCES = (
+    "ReduceSum",
+    "ReduceMean",
+    "ReduceMax",
+    "ReduceMin",
+    "ReduceProd",
+    "ReduceL1",
+    "ReduceL2",
+    "ReduceLogSumExp",
+    "ReduceSumSquare",
+)
+# ops that broadcast their inputs against each other (numpy rules)
+BROADCASTING = (
+    "Add",
+    "Sub",
+    "Mul",
+    "Div",
+    "Pow",
+    "Max",
+    "Min",
+    "Where",
+    "And",
+    "Or",
+    "Xor",
+    "Equal",
+    "Less",
+    "LessOrEqual",
+    "Greater",
+    "GreaterOrEqual",
+    "PRelu",
+)
+
+
+def keepdims_reduction(ctx: Any, unsqueeze: ir.Node) -> bool:
+    reduce = producer(unsqueeze.inputs[0], *REDUCES)
+    if reduce is None or int_attr(reduce, "keepdims", 1) != 0 or len(unsqueeze.inputs) < 2:
+        return False
+    source_rank = rank(reduce.inputs[0])
+    target = constant(unsqueeze.inputs[1])
+    if source_rank is None or target is None:
+        return False
+    axes = reduced_axes(reduce, source_rank)
+    inserted = tuple(sorted(int(a) % source_rank for a in target.reshape(-1)))
+    if axes is None or axes != inserted or int_attr(reduce, "noop_with_empty_axes", 0):
+        return False
+    match = Match(ctx.graph, unsqueeze)
+    match.take(reduce)
+    attributes = {k: v for k, v in reduce.attributes.items() if k != "keepdims"}
+    fused = ir.Node(
+        "",
+        reduce.op_type,
+        list(reduce.inputs),
+        attributes=[*attributes.values(), ir.AttrInt64("keepdims", 1)],
+        num_outputs=1,
+    )
+    return match.replace([fused], fused.outputs[0])
+
+
+def mean(ctx: Any, div: ir.Node) -> bool:
+    reduce = producer(div.inputs[0], "ReduceSum")
+    count = scalar(div.inputs[1])
+    if reduce is None or count is None or int_attr(reduce, "keepdims", 1) != 1:
+        return False
+    x_rank = rank(reduce.inputs[0])
+    if x_rank is None or int_attr(reduce, "noop_with_empty_axes", 0):
+        return False
+    axes = reduced_axes(reduce, x_rank)
+    sizes = [reduce.inputs[0].shape[a] for a in axes or ()]
+    if not axes or not all(isinstance(n, int) for n in sizes) or count != float(np.prod(sizes)):
+        return False
+    match = Match(ctx.graph, div)
+    match.take(reduce)
+    x = reduce.inputs[0]
+    if ctx.opset >= 18:
+        axes_value = ctx.constant(np.asarray(axes, np.int64), "axes")
+        fused = node("ReduceMean", [x, axes_value], keepdims=1)
+    else:
+        fused = ir.Node(
+            "",
+            "ReduceMean",
+            [x],
+            attributes=[ir.AttrInt64s("axes", list(axes)), ir.AttrInt64("keepdims", 1)],
+            num_outputs=1,
+        )
+    return match.replace([fused], fused.outputs[0])
+
+
+def expand_operand(ctx: Any, op: ir.Node) -> bool:
+    out = static_or_symbolic(op.outputs[0])
+    if out is None:
+        return False
+    changed = False
+    for k, value in enumerate(op.inputs):
+        expand = producer(value, "Expand")
+        if expand is None:
+            continue
+        inputs = [v if i != k else expand.inputs[0] for i, v in enumerate(op.inputs)]
+        shapes = [static_or_symbolic(v) for v in inputs]
+        if any(s is None for s in shapes) or broadcast(shapes) != out:
+            continue
+        if op.op_type == "PRelu" and k == 1:
+            continue  # PRelu's slope broadcasts one way only
+        op.replace_input_with(k, expand.inputs[0])
+        if not expand.outputs[0].uses() and not expand.outputs[0].is_graph_output():
+            ctx.graph.remove(expand, safe=True)
+        changed = True
+    return changed
+
+
+def constant_where(ctx: Any, where: ir.Node) -> bool:
+    condition = constant(where.inputs[0])
+    if condition is None or condition.dtype != np.bool_ or condition.size == 0:
+        return False
+    if condition.all():
+        kept = where.inputs[1]
+    elif not condition.any():
+        kept = where.inputs[2]
+    else:
+        return False
+    out = where.outputs[0]
+    if static_or_symbolic(kept) is None or static_or_symbolic(kept) != static_or_symbolic(out):
+        return False
+    if out.is_graph_output():
+        return False
+    ir.convenience.replace_all_uses_with(out, kept)
+    ctx.graph.remove(where, safe=True)
+    return True
+
+
+def static_or_symbolic(value: ir.Value | None) -> tuple[Any, ...] | None:
+    """The shape as a tuple of ints and symbolic names (``None`` when unknown)."""
+    if value is None or value.shape is None:
+        return None
+    dims = []
+    for d in value.shape:
+        if isinstance(d, int):
+            dims.append(d)
+        elif isinstance(d, ir.SymbolicDim) and d.value is not None:
+            dims.append(d.value)
+        else:
+            return None
+    return tuple(dims)
+
+
+def broadcast(shapes: list[tuple[Any, ...]]) -> tuple[Any, ...] | None:
+    """NumPy broadcasting of shapes with symbolic names (``None``: not provably valid)."""
+    width = max(len(s) for s in shapes)
+    out = []
+    for i in range(width):
+        dims = {s[len(s) - width + i] for s in shapes if len(s) - width + i >= 0} - {1}
+        if len(dims) > 1:
+            return None
+        out.append(dims.pop() if dims else 1)
+    return tuple(out)
+
+
+REWRITES = (
+    (("Unsqueeze",), keepdims_reduction),
+    (("Div",), mean),
+    (BROADCASTING, expand_operand),
+    (("Where",), constant_where),
+)
