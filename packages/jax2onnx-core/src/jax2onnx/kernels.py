@@ -87,6 +87,7 @@ KERNELS: dict[str, frozenset[np.dtype]] = {
     "Mish": _FLOAT32,
     "Gelu": _FLOAT32,
     "Attention": _FLOAT32,
+    "RotaryEmbedding": _FLOAT32,  # and float16; no float64 kernel
     "AveragePool": _FLOAT32,
     "MaxPool": _FLOATS,
 }

@@ -17,7 +17,17 @@ import importlib
 from jax2onnx.family import Family
 
 family = Family("core")
-MODULES = ("layer_norm",)
+MODULES = (
+    "layer_norm",
+    "keras_norm",
+    "rms_norm",
+    "group_norm",
+    "batch_norm_fold",
+    "activations",
+    "softmax",
+    "attention",
+    "rotary",
+)
 
 
 def _cases(name: str) -> list:

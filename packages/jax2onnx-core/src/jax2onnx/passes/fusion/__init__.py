@@ -4,12 +4,22 @@ Models that jax2onnx does not intercept (a layer norm written in ``jnp``, an
 activation captured in a table at import time) lower op by op. This pass
 first brings the lowered graph to canonical forms (:mod:`.canonical`), then
 replaces known patterns with the single ONNX op that computes them
-(:mod:`.layer_norm` ...). Each rewrite lives in its own module, declares the
+(:mod:`.layer_norm`, :mod:`.keras_norm`, :mod:`.group_norm`, :mod:`.rms_norm`)
+and folds inference batch norms into the product before them
+(:mod:`.batch_norm_fold`); activations become ``Gelu``, ``HardSigmoid``,
+``HardSwish``, ``Softplus`` and ``Mish`` (:mod:`.gelu`, :mod:`.hard_sigmoid`,
+:mod:`.softplus`). Each rewrite lives in its own module, declares the
 op types its anchor node may have, and fires only when no value inside the
 pattern is read outside it and the target opset has the op; the numbers stay
 within the dtype's tolerance of the decomposed form. The matcher is our own
 (:mod:`.match`): onnxscript's rewriter runs on the same IR, but importing it
 costs 0.21 s, two thirds of a whole first conversion.
+
+Attention written op by op goes in three groups, in this order: softmaxes
+become ``Softmax``/``LogSoftmax`` (:mod:`.softmax`), rotary embeddings
+``RotaryEmbedding`` (:mod:`.rotary`), then ``softmax(q k^T * scale + mask) v``
+one ``Attention`` (:mod:`.attention`, masks in :mod:`.attention_mask`), which
+reads the rotated queries and keys as they are.
 """
 
 from __future__ import annotations
@@ -20,7 +30,20 @@ from typing import Any
 import numpy as np
 
 from jax2onnx._ir import ir
-from jax2onnx.passes.fusion import canonical, layer_norm
+from jax2onnx.passes.fusion import (
+    attention,
+    batch_norm_fold,
+    canonical,
+    gelu,
+    group_norm,
+    hard_sigmoid,
+    keras_norm,
+    layer_norm,
+    rms_norm,
+    rotary,
+    softmax,
+    softplus,
+)
 from jax2onnx.passes.fusion.match import DEFAULT_DOMAINS, new_constant
 
 Rewrite = tuple[Sequence[str], Callable[[Any, ir.Node], bool]]
@@ -28,7 +51,14 @@ Rewrite = tuple[Sequence[str], Callable[[Any, ir.Node], bool]]
 # applied in this order; each group until nothing changes
 GROUPS: tuple[tuple[Rewrite, ...], ...] = (
     canonical.REWRITES,
-    layer_norm.REWRITES,
+    layer_norm.REWRITES + keras_norm.REWRITES,
+    gelu.REWRITES + hard_sigmoid.REWRITES + softplus.REWRITES,  # activations
+    group_norm.REWRITES,
+    rms_norm.REWRITES,
+    batch_norm_fold.REWRITES,
+    softmax.REWRITES,
+    rotary.REWRITES,
+    attention.REWRITES,
 )
 MAX_ROUNDS = 8
 

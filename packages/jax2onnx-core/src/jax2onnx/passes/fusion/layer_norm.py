@@ -36,8 +36,11 @@ from jax2onnx.passes.fusion.match import (
 MIN_OPSET = 17
 
 
-def mean_of(value: ir.Value | None) -> tuple[ir.Node, ir.Value, tuple[int, ...]] | None:
-    """``(node, x, axes)`` when ``value`` is ``ReduceMean(x, trailing axes, keepdims=1)``."""
+def mean_of(
+    value: ir.Value | None, trailing: bool = True
+) -> tuple[ir.Node, ir.Value, tuple[int, ...]] | None:
+    """``(node, x, axes)`` when ``value`` is ``ReduceMean(x, axes, keepdims=1)`` over
+    trailing axes (any axes with ``trailing=False``, for group norms)."""
     reduce = producer(value, "ReduceMean")
     if reduce is None:
         return None
@@ -47,7 +50,7 @@ def mean_of(value: ir.Value | None) -> tuple[ir.Node, ir.Value, tuple[int, ...]]
     if (keep is not None and keep.as_int() != 1) or r is None:
         return None
     axes = reduced_axes(reduce, r)
-    if not axes or axes != tuple(range(r - len(axes), r)):
+    if not axes or (trailing and axes != tuple(range(r - len(axes), r))):
         return None
     return reduce, x, axes
 
@@ -64,17 +67,18 @@ def square_of(value: ir.Value | None) -> tuple[ir.Node, ir.Value] | None:
 
 
 def normalised(
-    match: Match, core: ir.Node
+    match: Match, core: ir.Node, trailing: bool = True
 ) -> tuple[ir.Value, tuple[int, ...], float, ir.Value | None] | None:
     """``(x, axes, eps, scale)`` when ``core`` computes ``(x - mean) / sqrt(var + eps)``,
-    or ``(x - mean) * (scale * rsqrt(var + eps))`` (Haiku's order; else ``scale`` is None)."""
+    or ``(x - mean) * (scale * rsqrt(var + eps))`` (Haiku's order; else ``scale`` is None).
+    The statistics reduce trailing axes, or any axes with ``trailing=False``."""
     scale = None
     if core.op_type == "Div":
         d, root = core.inputs
         sqrt = producer(root, "Sqrt")
     else:  # Mul(d, [scale *] Reciprocal(Sqrt)) in either order
         for candidate, r in operands(core):
-            sqrt, scale = _inverse_root(match, r)
+            sqrt, scale = inverse_root(match, r)
             if sqrt is not None:
                 d = candidate
                 break
@@ -83,7 +87,7 @@ def normalised(
     sub = producer(d, "Sub")
     if sqrt is None or sub is None:
         return None
-    found = mean_of(sub.inputs[1])
+    found = mean_of(sub.inputs[1], trailing)
     add = producer(sqrt.inputs[0], "Add")
     if found is None or add is None:
         return None
@@ -92,13 +96,13 @@ def normalised(
         return None
     for var, eps in operands(add):
         epsilon = scalar(eps)
-        if epsilon is not None and _variance(match, var, sub, mean_node, x, axes):
+        if epsilon is not None and variance_of(match, var, mean_node, x, axes, trailing):
             match.take(sub, mean_node, sqrt, add)
             return x, axes, epsilon, scale
     return None
 
 
-def _inverse_root(match: Match, value: ir.Value) -> tuple[ir.Node | None, ir.Value | None]:
+def inverse_root(match: Match, value: ir.Value) -> tuple[ir.Node | None, ir.Value | None]:
     """``(Sqrt node, scale)`` when ``value`` is ``[scale *] Reciprocal(Sqrt(...))``."""
     reciprocal = producer(value, "Reciprocal")
     if reciprocal is not None:
@@ -118,24 +122,36 @@ def _inverse_root(match: Match, value: ir.Value) -> tuple[ir.Node | None, ir.Val
     return None, None
 
 
-def _variance(
-    match: Match, var: ir.Value, sub: ir.Node, mean_node: ir.Node, x: ir.Value, axes: tuple
+def variance_of(
+    match: Match,
+    var: ir.Value,
+    mean_node: ir.Node,
+    x: ir.Value,
+    axes: tuple,
+    trailing: bool = True,
 ) -> bool:
+    """Whether ``var`` is the variance of ``x`` over ``axes`` given its mean ``mean_node``:
+    ``mean((x - mean) ** 2)``, ``mean(x ** 2) - mean ** 2`` or ``max(0, either)``."""
     clipped = producer(var, "Max")
     if clipped is not None:
         for inner, zero in operands(clipped):
-            if scalar(zero) == 0.0 and _variance(match, inner, sub, mean_node, x, axes):
+            if scalar(zero) == 0.0 and variance_of(match, inner, mean_node, x, axes, trailing):
                 return match.take(clipped)
         return False
-    found = mean_of(var)
+    found = mean_of(var, trailing)
     if found is not None and found[2] == axes:
         squared = square_of(found[1])
-        if squared is not None and squared[1] is sub.outputs[0]:
-            return match.take(found[0], squared[0])  # mean((x - mean) ** 2)
+        centred = producer(squared[1], "Sub") if squared is not None else None
+        if (
+            centred is not None
+            and centred.inputs[0] is x
+            and centred.inputs[1] is mean_node.outputs[0]
+        ):
+            return match.take(found[0], squared[0], centred)  # mean((x - mean) ** 2)
     difference = producer(var, "Sub")
     if difference is None:
         return False
-    second, first = mean_of(difference.inputs[0]), square_of(difference.inputs[1])
+    second, first = mean_of(difference.inputs[0], trailing), square_of(difference.inputs[1])
     if second is None or first is None or second[2] != axes or first[1] is not mean_node.outputs[0]:
         return False
     squared_x = square_of(second[1])
@@ -151,15 +167,30 @@ def sole_user(value: ir.Value, op_type: str) -> ir.Node | None:
     return uses[0].node
 
 
-def along(value: ir.Value, x_rank: int, axes: tuple[int, ...], normal: tuple[int, ...]) -> Any:
+def along(
+    value: ir.Value,
+    x_rank: int,
+    axes: tuple[int, ...],
+    normal: tuple[int, ...],
+    dims: tuple[Any, ...] | None = None,
+) -> Any:
     """``value`` as an array of the normalised shape, when it is a constant that varies
-    only along the normalised axes; ``None`` otherwise."""
+    only along the normalised axes; ``None`` otherwise. Given the input's shape ``dims``,
+    a constant as large as the input along other axes but equal along them (what
+    ``jnp.broadcast_to(scale, x.shape)`` gives for a static shape) is one too."""
     array = constant(value)
     if array is None or array.ndim > x_rank:
         return None
     padded = array.reshape((1,) * (x_rank - array.ndim) + array.shape)
-    if any(padded.shape[a] != 1 for a in range(x_rank) if a not in axes):
-        return None
+    for a in range(x_rank):
+        if a in axes or padded.shape[a] == 1:
+            continue
+        if dims is None or dims[a] != padded.shape[a]:
+            return None
+        first = np.take(padded, [0], axis=a)
+        if not np.array_equal(padded, np.broadcast_to(first, padded.shape)):
+            return None
+        padded = first
     trailing = padded.reshape(padded.shape[x_rank - len(axes) :])
     try:
         return np.ascontiguousarray(np.broadcast_to(trailing, normal))
@@ -167,22 +198,49 @@ def along(value: ir.Value, x_rank: int, axes: tuple[int, ...], normal: tuple[int
         return None
 
 
-def layer_norm(ctx: Any, core: ir.Node) -> bool:
-    if ctx.opset < MIN_OPSET or ctx.normalization_mode == "force_decomposed":
-        return False
+def constant_user(
+    value: ir.Value,
+    op_type: str,
+    x_rank: int,
+    axes: tuple[int, ...],
+    normal: tuple[int, ...],
+    dims: tuple[Any, ...] | None = None,
+) -> tuple[ir.Node, Any] | None:
+    """``(node, array)`` when ``value``'s sole user is an ``op_type`` node whose other
+    operand is a constant varying only along the normalised axes (see :func:`along`)."""
+    user = sole_user(value, op_type)
+    if user is None:
+        return None
+    other = user.inputs[1] if user.inputs[0] is value else user.inputs[0]
+    array = along(other, x_rank, axes, normal, dims)
+    return None if array is None else (user, array)
+
+
+def begin(ctx: Any, core: ir.Node, find: Any, min_opset: int) -> Any:
+    """``(probe, found, normalised shape)`` when ``find(probe, core)`` recognises a
+    normalisation at ``core`` whose normalised dims are static, at ``min_opset`` or
+    newer, outside ``force_decomposed``; ``None`` otherwise."""
+    if ctx.opset < min_opset or ctx.normalization_mode == "force_decomposed":
+        return None
     probe = Match(ctx.graph, core)
-    found = normalised(probe, core)
+    found = find(probe, core)
     if found is None:
-        return False
-    x, axes, eps, inner_scale = found
-    dtype = core.outputs[0].dtype
-    if x.shape is None or dtype is None:
-        return False
+        return None
+    x, axes = found[0], found[1]
+    if x.shape is None or core.outputs[0].dtype is None:
+        return None
     normal = tuple(x.shape[a] for a in axes)
-    np_dtype = dtype.numpy()
     if not all(isinstance(n, int) for n in normal):
+        return None
+    return probe, found, normal
+
+
+def layer_norm(ctx: Any, core: ir.Node) -> bool:
+    started = begin(ctx, core, normalised, MIN_OPSET)
+    if started is None:
         return False
-    if not has_kernel("LayerNormalization", np_dtype):
+    probe, (x, axes, eps, inner_scale), normal = started
+    if not has_kernel("LayerNormalization", core.outputs[0].dtype.numpy()):
         return False
     r = len(x.shape)
     anchor, tail = core, []
@@ -190,15 +248,12 @@ def layer_norm(ctx: Any, core: ir.Node) -> bool:
     def absorb(op_type: str) -> Any:
         """The constant of the anchor's sole ``op_type`` user, which joins the pattern."""
         nonlocal anchor
-        user = sole_user(anchor.outputs[0], op_type)
-        if user is None:
+        found = constant_user(anchor.outputs[0], op_type, r, axes, normal)
+        if found is None:
             return None
-        other = user.inputs[1] if user.inputs[0] is anchor.outputs[0] else user.inputs[0]
-        array = along(other, r, axes, normal)
-        if array is not None:
-            anchor = user
-            tail.append(user)
-        return array
+        anchor = found[0]
+        tail.append(anchor)
+        return found[1]
 
     if inner_scale is not None:
         scale = along(inner_scale, r, axes, normal)
@@ -211,6 +266,14 @@ def layer_norm(ctx: Any, core: ir.Node) -> bool:
     match.take(*probe.nodes, *tail)
     if not match.closed():
         return False
+    return emit(ctx, match, x, axes, eps, scale, bias)
+
+
+def emit(ctx: Any, match: Match, x: ir.Value, axes, eps: float, scale: Any, bias: Any) -> bool:
+    """Replace ``match`` by ``LayerNormalization(x, scale, bias)`` over the trailing ``axes``
+    (``scale`` ``None``: ones; arrays of the normalised shape)."""
+    np_dtype = match.anchor.outputs[0].dtype.numpy()
+    normal = tuple(x.shape[a] for a in axes)
     if scale is None:
         scale = np.ones(normal, np_dtype)
     inputs = [x, ctx.constant(scale.astype(np_dtype), "ln_scale")]
@@ -219,7 +282,7 @@ def layer_norm(ctx: Any, core: ir.Node) -> bool:
     fused = node(
         "LayerNormalization",
         inputs,
-        axis=r - len(axes),
+        axis=len(x.shape) - len(axes),
         epsilon=eps,
         stash_type=11 if np_dtype == np.float64 else None,
     )
