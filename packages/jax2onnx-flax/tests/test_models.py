@@ -99,12 +99,16 @@ def _initializers(ir_model) -> list[np.ndarray]:
 
 
 def test_linear_kernels_are_referenced_not_copied():
+    """A kernel is the model's array itself; the one a BatchNorm folds into is replaced by
+    the folded product, and the original is not kept besides it."""
     model = models.mlp()
     model.eval()
     arrays = _initializers(to_onnx(model, [("B", 30)], return_mode="ir"))
-    for linear in (model.linear1, model.linear2):
-        kernel = np.asarray(linear.kernel[...])
-        assert any(np.shares_memory(kernel, a) for a in arrays), "kernel copied"
+    kernel = np.asarray(model.linear2.kernel[...])
+    assert any(np.shares_memory(kernel, a) for a in arrays), "kernel copied"
+    folded = np.asarray(model.linear1.kernel[...])  # linear1 feeds the BatchNorm
+    assert not any(np.shares_memory(folded, a) for a in arrays)
+    assert sum(a.shape == folded.shape for a in arrays) == 1
 
 
 def test_tied_embedding_is_one_initializer():

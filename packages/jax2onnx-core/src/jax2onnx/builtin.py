@@ -492,7 +492,7 @@ def _permuted(perm):
     "ppermute",
     cases=lambda: [
         case("ppermute_self", _permuted([(0, 0)]), [("B", 3)], factory=True),
-        case("ppermute_none", _permuted([]), [("B", 3)], factory=True, expect=["Expand"]),
+        case("ppermute_none", _permuted([]), [("B", 3)], factory=True, expect=["Add"]),
     ],
 )
 def ppermute(ctx, x, *, perm, **_):
