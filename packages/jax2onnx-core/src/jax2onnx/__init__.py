@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 from importlib.metadata import PackageNotFoundError, version
+from typing import TYPE_CHECKING
 
 try:
     __version__ = version("jax2onnx-core")
@@ -20,6 +21,21 @@ from jax2onnx.api import convert, to_onnx, traced_callable
 from jax2onnx.functions import onnx_function
 from jax2onnx.loading import PluginSet
 from jax2onnx.validation import allclose, allclose_onnxruntime_web
+
+if TYPE_CHECKING:
+    from jax2onnx.divergence import VerifyReport
+    from jax2onnx.verification import verify
+
+_LAZY = {"verify": "jax2onnx.verification", "VerifyReport": "jax2onnx.divergence"}
+
+
+def __getattr__(name: str):  # verify loads on first use: import jax2onnx stays lean
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'jax2onnx' has no attribute {name!r}")
+    import importlib
+
+    return getattr(importlib.import_module(module), name)
 
 
 @functools.cache
@@ -55,4 +71,6 @@ __all__ = [
     "plugins",
     "to_onnx",
     "traced_callable",
+    "verify",
+    "VerifyReport",
 ]

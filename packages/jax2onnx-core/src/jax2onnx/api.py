@@ -62,6 +62,7 @@ def convert(
     output_names: Sequence[str] | None = None,
     extra_rules: Sequence[Rules] | Rules | None = None,
     normalization_mode: NormalizationMode = "auto",
+    source_metadata: bool = True,
 ) -> ConversionResult:
     """Convert like `to_onnx`, returning the ``onnx_ir.Model`` and a report.
 
@@ -107,6 +108,7 @@ def convert(
         outputs_as_nchw=outputs_as_nchw,
         record_primitive_calls_file=record_primitive_calls_file,
         normalization_mode=normalization_mode,
+        source_metadata=source_metadata,
     )
     specs.check_inputs(inputs)
     specs.check_call(fn, len(inputs), list(input_params or ()))
@@ -139,11 +141,12 @@ def to_onnx(
     normalization_mode: NormalizationMode = "auto",
     extra_rules: Sequence[Rules] | Rules | None = None,
     external_data: bool | None = None,
+    source_metadata: bool = True,
 ) -> Any:
     """Convert a JAX function, or a model a plugin understands, to ONNX.
 
     The arguments and their meanings are those of jax2onnx 0.17's ``to_onnx``;
-    ``extra_rules`` and ``external_data`` are new. Equal arguments give a
+    ``extra_rules``, ``external_data`` and ``source_metadata`` are new. Equal arguments give a
     byte-identical model: names and node order are deterministic.
 
     Args:
@@ -215,6 +218,14 @@ def to_onnx(
             weights in ``<output_path>.data``, ``False`` keeps them in the
             model file; ``None`` (default) uses the external file only when
             the model would exceed protobuf's 2 GiB.
+        source_metadata: ``True`` (default) records on every node where it
+            came from, as ``metadata_props``: ``jax2onnx.source`` (the
+            user's ``file:line (function)`` of the JAX equation),
+            ``jax2onnx.primitive`` and, where one exists,
+            ``jax2onnx.module`` (the Flax module path, the Equinox field
+            path, the ``@onnx_function`` name, ``jax.named_scope`` names),
+            which also prefixes the node's name. ``False`` writes none of it,
+            for the smallest file.
 
     Returns:
         An ``onnx.ModelProto`` (``"proto"``), an ``onnx_ir.Model`` (``"ir"``)
@@ -280,6 +291,7 @@ def to_onnx(
         output_names=output_names,
         extra_rules=extra_rules,
         normalization_mode=normalization_mode,
+        source_metadata=source_metadata,
     )
     timings = dict(result.report.timings)
     with step("serialize", timings):

@@ -566,6 +566,7 @@ def onnx_function_call(ctx, *args, body, op_type, domain, instance, n_params):
             )
         )
         scope = GraphScope(conversion, is_function=True)
+        scope.label = name  # the module path its equations' nodes carry
         inputs = [
             scope.add_input(
                 f"{'param' if i < n_params else 'in'}_{i if i < n_params else i - n_params}",

@@ -28,13 +28,14 @@ from __future__ import annotations
 
 import argparse
 import collections
+import contextlib
 import dataclasses
 import importlib
 import importlib.util
 import inspect
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any, TextIO
 
 from jax2onnx.errors import UsageError
@@ -292,9 +293,8 @@ def summarize(path: str, out: TextIO) -> None:
         out.write(f"  ... {len(ops) - _HISTOGRAM_TOP} more op type(s), {rest} node(s)\n")
 
 
-def cmd_convert(args: argparse.Namespace, out: TextIO) -> int:
-    import jax2onnx
-
+def _target(args: argparse.Namespace) -> tuple[Any, list[_InputSpec], dict[str, Any]]:
+    """The function, the input specs and the params the ``convert``/``verify`` options name."""
     if not args.input:
         raise UsageError("give the input shapes with --input, e.g. --input B,30")
     shapes = [parse_shape(text) for text in args.input]
@@ -304,8 +304,27 @@ def cmd_convert(args: argparse.Namespace, out: TextIO) -> int:
     params = dict(parse_param(text) for text in args.input_param or ())
     obj = load_target(args.target)
     fn = resolve_function(obj, len(shapes), list(params), args.factory)
-    inputs = [_InputSpec(s, d) for s, d in zip(shapes, dtypes, strict=True)]
+    return fn, [_InputSpec(s, d) for s, d in zip(shapes, dtypes, strict=True)], params
+
+
+@contextlib.contextmanager
+def _argument_errors() -> Iterator[None]:
+    """``to_onnx``'s TypeError/ValueError about an argument, as a usage error."""
     try:
+        yield
+    except (TypeError, ValueError) as err:
+        from jax2onnx.errors import Jax2OnnxError
+
+        if isinstance(err, Jax2OnnxError):
+            raise
+        raise UsageError(str(err)) from err
+
+
+def cmd_convert(args: argparse.Namespace, out: TextIO) -> int:
+    import jax2onnx
+
+    fn, inputs, params = _target(args)
+    with _argument_errors():
         path = jax2onnx.to_onnx(
             fn,
             inputs,
@@ -316,18 +335,89 @@ def cmd_convert(args: argparse.Namespace, out: TextIO) -> int:
             return_mode="file",
             output_path=args.output,
         )
-    except (TypeError, ValueError) as err:
-        from jax2onnx.errors import Jax2OnnxError
-
-        if isinstance(err, Jax2OnnxError):
-            raise
-        raise UsageError(str(err)) from err
 
     import onnx
 
     onnx.checker.check_model(path, full_check=True)
     summarize(path, out)
     return EXIT_OK
+
+
+def sample(spec: _InputSpec, rng: Any) -> Any:
+    """Random data for one input: symbolic dims are 2; floats normal, ints 0..3, bools."""
+    import numpy as np
+
+    shape = [d if isinstance(d, int) else 2 for d in spec.shape]
+    dtype = np.dtype(spec.dtype)
+    if dtype.kind == "b":
+        return rng.random(shape) < 0.5
+    if dtype.kind in "iu":
+        return rng.integers(0, 4, shape).astype(dtype)
+    if dtype.kind == "c":
+        return (rng.standard_normal(shape) + 1j * rng.standard_normal(shape)).astype(dtype)
+    return rng.standard_normal(shape).astype(dtype)
+
+
+def cmd_verify(args: argparse.Namespace, out: TextIO) -> int:
+    import numpy as np
+
+    import jax2onnx
+
+    fn, specs, params = _target(args)
+    rng = np.random.default_rng(args.seed)
+    inputs = [sample(spec, rng) for spec in specs]
+    with _argument_errors():
+        report = jax2onnx.verify(
+            fn,
+            inputs,
+            input_params=params or None,
+            model=args.model,
+            rtol=args.rtol,
+            atol=args.atol,
+            progress=args.progress if args.progress is not None else sys.stderr.isatty(),
+            opset=args.opset,
+            enable_double_precision=args.double,
+        )
+    out.write(report.summary(rows=args.rows) + "\n")
+    return EXIT_OK if report.ok else EXIT_FAILED
+
+
+def _target_options(command: argparse.ArgumentParser) -> None:
+    """The options naming what to convert, shared by ``convert`` and ``verify``."""
+    command.add_argument("target", metavar="MODULE:ATTR", help="e.g. pkg.models:mlp or f.py:mlp")
+    command.add_argument(
+        "--input",
+        "-i",
+        action="append",
+        metavar="SHAPE",
+        help="shape of one positional input, comma separated; strings are symbolic "
+        "dimensions (B,30). Repeat per input.",
+    )
+    command.add_argument(
+        "--dtype",
+        action="append",
+        metavar="DTYPE",
+        help="NumPy dtype of the inputs: once for all, or once per --input (default float32)",
+    )
+    command.add_argument(
+        "--input-param",
+        action="append",
+        metavar="NAME=VALUE",
+        help="a keyword argument that becomes a scalar graph input named NAME",
+    )
+    command.add_argument("--opset", type=int, default=23, help="target ONNX opset (default 23)")
+    command.add_argument("--double", action="store_true", help="enable_double_precision")
+    factory = command.add_mutually_exclusive_group()
+    factory.add_argument(
+        "--factory",
+        dest="factory",
+        action="store_true",
+        default=None,
+        help="call ATTR() and convert the result",
+    )
+    factory.add_argument(
+        "--no-factory", dest="factory", action="store_false", help="convert ATTR itself"
+    )
 
 
 # -- entry point -------------------------------------------------------------
@@ -364,43 +454,31 @@ def build_parser(plugin_set: Any = None) -> argparse.ArgumentParser:
         "called as a factory when --factory is given, or when it cannot take the inputs but "
         "takes no arguments.",
     )
-    convert.add_argument("target", metavar="MODULE:ATTR", help="e.g. pkg.models:mlp or f.py:mlp")
-    convert.add_argument(
-        "--input",
-        "-i",
-        action="append",
-        metavar="SHAPE",
-        help="shape of one positional input, comma separated; strings are symbolic "
-        "dimensions (B,30). Repeat per input.",
-    )
-    convert.add_argument(
-        "--dtype",
-        action="append",
-        metavar="DTYPE",
-        help="NumPy dtype of the inputs: once for all, or once per --input (default float32)",
-    )
-    convert.add_argument(
-        "--input-param",
-        action="append",
-        metavar="NAME=VALUE",
-        help="a keyword argument that becomes a scalar graph input named NAME",
-    )
-    convert.add_argument("--opset", type=int, default=23, help="target ONNX opset (default 23)")
+    _target_options(convert)
     convert.add_argument("--model-name", default="jax_model", help="the ONNX graph's name")
-    convert.add_argument("--double", action="store_true", help="enable_double_precision")
-    factory = convert.add_mutually_exclusive_group()
-    factory.add_argument(
-        "--factory",
-        dest="factory",
-        action="store_true",
-        default=None,
-        help="call ATTR() and convert the result",
-    )
-    factory.add_argument(
-        "--no-factory", dest="factory", action="store_false", help="convert ATTR itself"
-    )
     convert.add_argument("-o", "--output", required=True, help="the .onnx file to write")
     convert.set_defaults(run=cmd_convert)
+
+    verify = commands.add_parser(
+        "verify",
+        help="find the first operation where ONNX Runtime departs from JAX",
+        description="Convert MODULE:ATTR, run it in ONNX Runtime and in JAX on the same random "
+        "inputs (symbolic dimensions are 2), compare every operation's value and print the "
+        "first that departs, with its source line. Exit status 1 when one departs.",
+    )
+    _target_options(verify)
+    verify.add_argument("--model", help="an exported .onnx file to check instead of converting")
+    verify.add_argument("--rtol", type=float, help="relative tolerance (default: per dtype)")
+    verify.add_argument("--atol", type=float, help="absolute tolerance (default: per dtype)")
+    verify.add_argument("--seed", type=int, default=0, help="seed of the random inputs")
+    verify.add_argument("--rows", type=int, default=12, help="departing equations to list")
+    verify.add_argument(
+        "--progress",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="a progress bar on standard error (default: when it is a terminal)",
+    )
+    verify.set_defaults(run=cmd_verify)
     if plugin_set is not None:
         plugin_set.add_commands(commands)  # e.g. ``coverage`` from jax2onnx-testkit
     return parser

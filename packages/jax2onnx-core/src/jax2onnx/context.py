@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import os
+import sys
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -33,21 +34,33 @@ def source_line(eqn: Any, enclosing: str = UNKNOWN_SOURCE) -> str:
     Equations traced inside library code (the body of ``jnp.linalg.solve``,
     of ``jax.random.normal`` ...) carry no frame of the user's; they get
     ``enclosing``, the line of the user's call that contains them. Frames in
-    the core itself (the stand-in an interception installs) are skipped, so a
-    macro primitive's equation names the user's call of the intercepted function.
+    jax2onnx's own packages (the core, its plugins and third-party
+    ``jax2onnx_*`` plugins: the stand-in an interception installs) are
+    skipped, so a macro primitive's equation names the user's call of the
+    intercepted function.
     """
     from jax._src import source_info_util
 
     try:
         frames = source_info_util.user_frames(eqn.source_info.traceback)
-        frame = next((f for f in frames if not f.file_name.startswith(_CORE_DIR)), None)
+        frame = next((f for f in frames if not _ours(f.file_name)), None)
         line = source_info_util._summarize_frame(frame) if frame is not None else ""
     except Exception:  # pragma: no cover - source info is best effort
         line = ""
     return line or enclosing
 
 
-_CORE_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "")
+@functools.lru_cache(maxsize=1024)
+def _ours(file_name: str) -> bool:
+    """Whether ``file_name`` belongs to an imported ``jax2onnx*`` top-level package."""
+    if "jax2onnx" not in file_name:
+        return False
+    path = os.path.abspath(file_name)
+    for name, module in list(sys.modules.items()):
+        if name.startswith("jax2onnx") and "." not in name and getattr(module, "__file__", None):
+            if path.startswith(os.path.join(os.path.dirname(os.path.abspath(module.__file__)), "")):
+                return True
+    return False
 
 
 class OpBuilder:

@@ -119,6 +119,7 @@ class Options:
     outputs_as_nchw: Sequence[int | str] | None = None
     record_primitive_calls_file: str | os.PathLike[str] | None = None
     normalization_mode: str = "auto"
+    source_metadata: bool = True
 
     def __post_init__(self) -> None:
         """Check every setting; errors are TypeError/ValueError naming the argument."""
@@ -127,10 +128,13 @@ class Options:
         double = self.enable_double_precision
         if not isinstance(double, (bool, np.bool_)):
             raise TypeError(f"enable_double_precision must be a bool, got {double!r}")
+        if not isinstance(self.source_metadata, (bool, np.bool_)):
+            raise TypeError(f"source_metadata must be a bool, got {self.source_metadata!r}")
         specs.check_params(self.input_params)
         checked = {
             "opset": check_opset(self.opset),
             "enable_double_precision": bool(double),
+            "source_metadata": bool(self.source_metadata),
             "input_names": specs.check_names("input_names", self.input_names),
             "output_names": specs.check_names("output_names", self.output_names),
             "inputs_as_nchw": _check_positions("inputs_as_nchw", self.inputs_as_nchw),
@@ -168,10 +172,13 @@ class ConversionResult:
     Attributes:
         model: the optimised ``onnx_ir.Model`` (``to_onnx`` serialises this).
         report: the `ConversionReport` of the conversion.
+        jaxpr: the ``ClosedJaxpr`` that was lowered: its inputs are the
+            leaves of ``inputs`` in order, then the ``input_params`` inputs.
     """
 
     model: ir.Model
     report: ConversionReport
+    jaxpr: Any = None
 
 
 @contextlib.contextmanager
@@ -199,8 +206,13 @@ def convert(
     plugin_set: Any,
     registry: Any,
     timings: Mapping[str, float] = types.MappingProxyType({}),
+    recorder: Any = None,
 ) -> ConversionResult:
-    """Run the steps from the user's inputs to the optimised model."""
+    """Run the steps from the user's inputs to the optimised model.
+
+    A :class:`jax2onnx.provenance.Recorder` given as ``recorder`` collects
+    where each user equation's values went (what ``verify`` reads).
+    """
     report_times = dict(timings)
     opset = check_opset(options.opset)
     double = options.enable_double_precision
@@ -241,6 +253,8 @@ def convert(
                 model_name=options.model_name,
                 ir_version=ir_version_for(opset),
                 producer_version=_version(),
+                metadata=options.source_metadata,
+                recorder=recorder,
             )
             layout.adapt_nchw(
                 model,
@@ -255,7 +269,7 @@ def convert(
         types.MappingProxyType(report_times),
         types.MappingProxyType({k: frozenset(v) for k, v in emitted.items()}),
     )
-    return ConversionResult(model, report)
+    return ConversionResult(model, report, closed)
 
 
 def _complex_positions(dtypes: Any) -> frozenset[int]:

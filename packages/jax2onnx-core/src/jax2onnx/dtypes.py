@@ -45,3 +45,42 @@ def exact_cast(array: np.ndarray, dtype: Any) -> np.ndarray | None:
     if source.name == "bfloat16" or (source.kind == "f" and dtype.kind != "f"):
         return None
     return array.astype(dtype)
+
+
+# Ops whose output has the dtype of their first input: the builder records it,
+# so later Python-number operands get the right dtype.
+_SAME_DTYPE = frozenset(
+    "Abs Acos Acosh Add Asin Asinh Atan Atanh AveragePool BatchNormalization BitShift "
+    "BitwiseAnd BitwiseNot BitwiseOr BitwiseXor Ceil Celu Clip "
+    "Concat Conv ConvTranspose Cos Cosh CumSum DepthToSpace Div Dropout Einsum Elu Erf Exp Expand "
+    "Flatten Floor Gather GatherElements GatherND Gelu Gemm GlobalAveragePool HardSigmoid "
+    "HardSwish Identity InstanceNormalization LayerNormalization LeakyRelu Log LogSoftmax MatMul "
+    "Max MaxPool Mean Min Mish Mod Mul Neg Pad Pow Reciprocal ReduceL1 ReduceL2 ReduceLogSumExp "
+    "ReduceMax ReduceMean ReduceMin ReduceProd ReduceSum ReduceSumSquare Relu Reshape Resize "
+    "Round ScatterElements ScatterND Selu Sigmoid Sign Sin Sinh Slice Softmax Softplus Softsign "
+    "SpaceToDepth Sqrt Squeeze Sub Sum Tan Tanh Tile Transpose Trilu Unsqueeze".split()
+)
+_BOOL_OUT = frozenset(
+    "Equal Greater GreaterOrEqual Less LessOrEqual Not And Or Xor IsNaN IsInf".split()
+)
+
+
+def result_dtype(op_type: str, domain: str, inputs: Any, attributes: Any) -> Any:
+    """The dtype of a new node's first output when its op and inputs tell it (else None)."""
+    import onnx_ir as ir
+
+    if domain not in ("", "ai.onnx"):
+        return None
+    if op_type == "Cast":
+        return ir.DataType(attributes["to"])
+    if op_type in _BOOL_OUT:
+        return ir.DataType.BOOL
+    if op_type in ("Shape", "Size"):
+        return ir.DataType.INT64
+    if op_type in ("MatMulInteger", "ConvInteger"):
+        return ir.DataType.INT32
+    if op_type == "Where" and len(inputs) > 1 and inputs[1] is not None:
+        return inputs[1].dtype
+    if op_type in _SAME_DTYPE and inputs and inputs[0] is not None:
+        return inputs[0].dtype
+    return None

@@ -86,12 +86,51 @@ class _Slot:
     users: int = 0
 
 
+# Module objects of the model being traced -> their path in it (set by a prepare hook).
+_MODULE_PATHS: contextvars.ContextVar[Mapping[int, tuple[Any, str]]] = contextvars.ContextVar(
+    "jax2onnx_module_paths",
+    default={},  # noqa: B039 - never mutated: module_paths sets a new mapping
+)
+
+
+@contextlib.contextmanager
+def module_paths(paths: Mapping[Any, str] | Sequence[tuple[Any, str]]) -> Iterator[None]:
+    """Name the modules of the model being traced, for the graph's metadata.
+
+    A prepare hook that calls a model made of module objects (Flax NNX,
+    Equinox) wraps the call in this context with each submodule and its
+    path in the model (``blocks.0.attn``). While it is active, an intercepted
+    method called on one of these modules runs inside
+    ``jax.named_scope(path)``, so the nodes its equation lowers to carry
+    ``jax2onnx.module`` metadata and a ``path/`` name prefix. Modules are
+    matched by identity; the context is local to the current thread (and
+    ``contextvars`` context).
+
+    Args:
+        paths: ``(module, path)`` pairs, or a mapping of module to path.
+    """
+    pairs = paths.items() if isinstance(paths, Mapping) else paths
+    merged = dict(_MODULE_PATHS.get())
+    merged.update({id(module): (module, path) for module, path in pairs if path})
+    token = _MODULE_PATHS.set(merged)
+    try:
+        yield
+    finally:
+        _MODULE_PATHS.reset(token)
+
+
 def _dispatcher(key: tuple[int, str], original: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(original)
     def dispatch(*args: Any, **kwargs: Any) -> Any:
         stand_in = _STAND_INS.get().get(key)
         if stand_in is None:
             return original(*args, **kwargs)
+        named = _MODULE_PATHS.get().get(id(args[0])) if args else None
+        if named is not None and named[0] is args[0]:
+            import jax
+
+            with jax.named_scope(named[1]):
+                return stand_in(*args, **kwargs)
         return stand_in(*args, **kwargs)
 
     return dispatch

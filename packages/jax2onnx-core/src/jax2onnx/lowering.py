@@ -20,7 +20,7 @@ from jax2onnx import folding, opsets
 from jax2onnx._ir import ir
 from jax2onnx.context import UNKNOWN_SOURCE, LoweringContext, source_line
 from jax2onnx.dims import DimValue, is_symbolic
-from jax2onnx.dtypes import onnx_dtype
+from jax2onnx.dtypes import onnx_dtype, result_dtype
 from jax2onnx.errors import Jax2OnnxError, LoweringError
 from jax2onnx.keys import (
     complex_parts,
@@ -30,26 +30,10 @@ from jax2onnx.keys import (
     physical,
     touches_complex,
 )
+from jax2onnx.provenance import Frame, Origin, Record, Recorder, holds, scopes
 from jax2onnx.registry import Registry, inline_fallback
 
 _SMALL_CONST = 1024  # constants up to this many elements are shared by value
-
-# Ops whose output has the dtype of their first input: the builder records it,
-# so later Python-number operands get the right dtype.
-_SAME_DTYPE = frozenset(
-    "Abs Acos Acosh Add Asin Asinh Atan Atanh AveragePool BatchNormalization BitShift "
-    "BitwiseAnd BitwiseNot BitwiseOr BitwiseXor Ceil Celu Clip "
-    "Concat Conv ConvTranspose Cos Cosh CumSum DepthToSpace Div Dropout Einsum Elu Erf Exp Expand "
-    "Flatten Floor Gather GatherElements GatherND Gelu Gemm GlobalAveragePool HardSigmoid "
-    "HardSwish Identity InstanceNormalization LayerNormalization LeakyRelu Log LogSoftmax MatMul "
-    "Max MaxPool Mean Min Mish Mod Mul Neg Pad Pow Reciprocal ReduceL1 ReduceL2 ReduceLogSumExp "
-    "ReduceMax ReduceMean ReduceMin ReduceProd ReduceSum ReduceSumSquare Relu Reshape Resize "
-    "Round ScatterElements ScatterND Selu Sigmoid Sign Sin Sinh Slice Softmax Softplus Softsign "
-    "SpaceToDepth Sqrt Squeeze Sub Sum Tan Tanh Tile Transpose Trilu Unsqueeze".split()
-)
-_BOOL_OUT = frozenset(
-    "Equal Greater GreaterOrEqual Less LessOrEqual Not And Or Xor IsNaN IsInf".split()
-)
 
 
 def ir_shape(shape: Sequence[Any]) -> ir.Shape:
@@ -65,8 +49,14 @@ class Conversion:
         opset: int,
         plugin_set: Any = None,
         normalization_mode: str = "auto",
+        *,
+        metadata: bool = True,
+        recorder: Recorder | None = None,
     ) -> None:
         self.registry = registry
+        self.metadata = metadata  # source metadata and readable names on nodes
+        self.recorder = recorder
+        self.frames: list[Frame] = []  # the equations being lowered, innermost last
         self.opset = opset
         self.normalization_mode = normalization_mode
         self.plugin_set = plugin_set
@@ -102,6 +92,7 @@ class GraphScope:
         self.conversion = conversion
         self.parent = parent
         self.is_function = is_function
+        self.label = ""  # an ONNX function's name: the module path of its body's equations
         self.nodes: list[ir.Node] = []
         self.initializers: list[ir.Value] = []
         self.inputs: list[ir.Value] = []
@@ -139,6 +130,12 @@ class GraphScope:
         attrs = ir.convenience.convert_attributes(
             {k: v for k, v in attributes.items() if v is not None}
         )
+        conversion = self.conversion
+        name = conversion.fresh(op_type)
+        frame = conversion.frames[-1] if conversion.frames else None
+        origin = None if frame is None else frame.origin
+        if origin is not None and conversion.metadata and origin.module:
+            name = f"{origin.module}/{name}"
         node = ir.Node(
             domain,
             op_type,
@@ -146,10 +143,12 @@ class GraphScope:
             attributes=attrs,
             num_outputs=num_outputs,
             version=version,
-            name=self.conversion.fresh(op_type),
+            name=name,
+            metadata_props=origin.props() if origin is not None and conversion.metadata else None,
         )
-        dtype = _result_dtype(op_type, domain, inputs, attributes)
-        conversion = self.conversion
+        if frame is not None and frame.record is not None:
+            frame.record.nodes.append(node)
+        dtype = result_dtype(op_type, domain, inputs, attributes)
         if conversion.current is not None:
             conversion.emitted.setdefault(conversion.current, set()).add(op_type)
         for out in node.outputs:
@@ -309,9 +308,46 @@ class GraphScope:
             env[var] = value
         for var, value in zip(jaxpr.invars, inputs):
             env[var] = value
-        for eqn in jaxpr.eqns:
-            self._lower_eqn(eqn, env)
+        conversion = self.conversion
+        frames = conversion.frames
+        parent = frames[-1] if frames else None
+        user = parent is None or (parent.user and holds(parent.eqn, jaxpr))
+        base: tuple[int, ...] = ()
+        prefix: tuple[str, ...] = () if parent is None else parent.scopes
+        if user and parent is not None:
+            base = (*parent.path, parent.calls)
+            parent.calls += 1
+            if parent.record is not None:
+                parent.record.inlined.append(jaxpr)
+        if self.label and self.root is self:
+            prefix = (*prefix, self.label)
+        main = self.parent is None and not self.is_function
+        for i, eqn in enumerate(jaxpr.eqns):
+            if user:
+                frame = self._user_frame(eqn, (*base, i), prefix, main)
+            else:  # an equation a rule traced: its nodes are the enclosing equation's
+                assert parent is not None
+                frame = Frame(eqn, False, parent.origin, parent.path, prefix, parent.record)
+            frames.append(frame)
+            try:
+                self._lower_eqn(eqn, env)
+            finally:
+                frames.pop()
+            if user and frame.record is not None:
+                frame.record.outputs = [env.get(v) for v in eqn.outvars]
         return [self._read(env, v) for v in jaxpr.outvars]
+
+    def _user_frame(
+        self, eqn: Any, path: tuple[int, ...], prefix: tuple[str, ...], main: bool
+    ) -> Frame:
+        conversion = self.conversion
+        names = (*prefix, *scopes(eqn))
+        origin = Origin(eqn.primitive.name, source_line(eqn, conversion.source), "/".join(names))
+        record = None
+        recorder = conversion.recorder
+        if recorder is not None and main:
+            record = recorder.records[path] = Record(path, eqn, origin)
+        return Frame(eqn, True, origin, path, names, record)
 
     def _read(self, env: dict[Any, ir.Value], var: Any) -> ir.Value:
         if isinstance(var, jax_core.Literal):
@@ -352,7 +388,11 @@ class GraphScope:
             rule = inline_fallback
         outer, conversion.current = conversion.current, name
         outer_source = conversion.source
-        conversion.source = source_line(eqn, outer_source)
+        frame = conversion.frames[-1] if conversion.frames else None
+        if frame is not None and frame.user and frame.eqn is eqn and frame.origin is not None:
+            conversion.source = frame.origin.source
+        else:
+            conversion.source = source_line(eqn, outer_source)
         try:
             result = rule(ctx, *inputs, **eqn.params)
         except Jax2OnnxError:
@@ -421,24 +461,6 @@ def _native(eqn: Any, dtypes: frozenset[np.dtype]) -> bool:
         if is_extended(dtype) or np.dtype(dtype) not in dtypes:
             return False
     return True
-
-
-def _result_dtype(op_type, domain, inputs, attributes) -> ir.DataType | None:
-    if domain not in ("", "ai.onnx"):
-        return None
-    if op_type == "Cast":
-        return ir.DataType(attributes["to"])
-    if op_type in _BOOL_OUT:
-        return ir.DataType.BOOL
-    if op_type in ("Shape", "Size"):
-        return ir.DataType.INT64
-    if op_type in ("MatMulInteger", "ConvInteger"):
-        return ir.DataType.INT32
-    if op_type == "Where" and len(inputs) > 1 and inputs[1] is not None:
-        return inputs[1].dtype
-    if op_type in _SAME_DTYPE and inputs and inputs[0] is not None:
-        return inputs[0].dtype
-    return None
 
 
 def _depth(scope: GraphScope) -> int:
@@ -517,17 +539,25 @@ def lower(
     ir_version: int,
     normalization_mode: str = "auto",
     producer_version: str,
+    metadata: bool = True,
+    recorder: Recorder | None = None,
 ) -> tuple[ir.Model, dict[str, set[str]]]:
     """The ONNX model of ``closed``: graph inputs ``(name, spec)``, outputs named ``outputs``.
 
     Returns the model and, per primitive, the ONNX op types its rule emitted.
+    ``metadata`` puts each node's origin in its ``metadata_props``;
+    ``recorder`` collects the user equations lowered into the main graph.
     """
-    conversion = Conversion(registry, opset, plugin_set, normalization_mode)
+    conversion = Conversion(
+        registry, opset, plugin_set, normalization_mode, metadata=metadata, recorder=recorder
+    )
     scope = GraphScope(conversion)
     values = [scope.add_input(name, spec.dtype, spec.shape) for name, spec in inputs]
     outs = scope.lower_jaxpr(closed, values)
     avals = [v.aval for v in closed.jaxpr.outvars]
     results = scope.finish_outputs(outs, avals, outputs)
+    if recorder is not None:
+        recorder.seal()
     graph = ir.Graph(
         scope.inputs,
         results,

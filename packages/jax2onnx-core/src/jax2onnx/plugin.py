@@ -4,7 +4,7 @@ A plugin imports nothing else of jax2onnx (no ``jax2onnx.<module>``) and no
 private name of another plugin; the suite checks this for our distributions.
 ``LoweringContext``, ``SubgraphBuilder``, ``at_conversion``,
 ``batch_at_front``, ``call_arguments``, ``has_kernel``, ``kernel_dtype``,
-``kernel_dtypes``, ``new_dimension`` and ``stored_array`` are imported on
+``kernel_dtypes``, ``module_paths``, ``new_dimension`` and ``stored_array`` are imported on
 first access (a module ``__getattr__``), so importing this module does not
 load the converter.
 
@@ -55,6 +55,7 @@ from jax2onnx.rules import Interception, Lowering, Prepared, Rules
 if TYPE_CHECKING:
     from jax2onnx.caching import at_conversion
     from jax2onnx.context import LoweringContext, SubgraphBuilder
+    from jax2onnx.interceptions import module_paths
     from jax2onnx.kernels import has_kernel, kernel_dtype, kernel_dtypes
     from jax2onnx.macro import batch_at_front, call_arguments
     from jax2onnx.specs import new_dimension
@@ -71,6 +72,7 @@ _LAZY = {
     "kernel_dtype": "jax2onnx.kernels",
     "kernel_dtypes": "jax2onnx.kernels",
     "new_dimension": "jax2onnx.specs",
+    "module_paths": "jax2onnx.interceptions",
     "stored_array": "jax2onnx.validation",
 }
 
@@ -116,6 +118,7 @@ __all__ = [
     "is_symbolic",
     "kernel_dtype",
     "kernel_dtypes",
+    "module_paths",
     "new_dimension",
     "onnx_dtype",
     "stale_manifest",

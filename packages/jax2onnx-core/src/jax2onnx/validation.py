@@ -206,7 +206,8 @@ def allclose(
 
     Returns:
         ``(matches, message)``; the message says which output differs and by
-            how much. A model that ONNX Runtime cannot run with these inputs is
+            how much, and points at `verify` to find the operation where it
+            starts. A model that ONNX Runtime cannot run with these inputs is
             ``(False, why)``.
 
     Example:
@@ -243,7 +244,13 @@ def allclose(
             got[i] = from_parts(got[i], want.dtype)  # real and imaginary parts
         if _selected(outputs_as_nchw, i, names[i]):
             got[i] = _to_channels_last(got[i])
-    return compare(expected, got, rtol, atol, "JAX vs ONNX Runtime")
+    ok, message = compare(expected, got, rtol, atol, "JAX vs ONNX Runtime")
+    if not ok:
+        message += (
+            ". jax2onnx.verify(fn, inputs) (or `jax2onnx verify MODULE:FN`) names the first "
+            "operation that departs and its source line"
+        )
+    return ok, message
 
 
 def allclose_onnxruntime_web(

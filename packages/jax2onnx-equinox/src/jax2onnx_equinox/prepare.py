@@ -30,7 +30,7 @@ import inspect
 import types
 from typing import Any
 
-from jax2onnx.plugin import PrepareConfig, Prepared, UsageError
+from jax2onnx.plugin import PrepareConfig, Prepared, UsageError, module_paths
 
 
 def prepare(fn: Any, config: PrepareConfig) -> Prepared | None:
@@ -82,14 +82,68 @@ def _prepare_stateful(model: Any, state: Any, pinned: bool) -> Prepared:
 
 
 def _prepared(call: Any, original: Any, name: str | None, signature: Any = None) -> Prepared:
+    roots = _roots(call)
+
     def pure(*args: Any, **kwargs: Any) -> Any:
-        return _without_state(call(*args, **kwargs))
+        with module_paths(_paths(roots)):
+            return _without_state(call(*args, **kwargs))
 
     signature = signature if signature is not None else _signature(original)
     if signature is not None:
         pure.__signature__ = signature
     pure.__doc__ = getattr(original, "__doc__", None)
     return Prepared(fn=pure, name=name)
+
+
+def _roots(call: Any) -> list[tuple[Any, str]]:
+    """The modules a prepared call holds, with the names they go by: the module itself
+    (no name), a partial's function and arguments, a clone's closure variables."""
+    if isinstance(call, functools.partial):
+        return [(call.func, ""), *((a, "") for a in call.args), *call.keywords.items()]
+    if isinstance(call, types.FunctionType) and call.__closure__:
+        cells = zip(call.__code__.co_freevars, call.__closure__)
+        return [(cell.cell_contents, name) for name, cell in cells if _filled(cell)]
+    return [(call, "")]
+
+
+def _filled(cell: Any) -> bool:
+    try:
+        cell.cell_contents  # noqa: B018 - an empty cell raises
+    except ValueError:
+        return False
+    return True
+
+
+def _paths(roots: list[tuple[Any, str]]) -> list[tuple[Any, str]]:
+    """Every Equinox module under ``roots`` with its field path (``layers.0.linear``);
+    the first path wins for a module held twice."""
+    import dataclasses
+
+    import equinox as eqx
+
+    found: dict[int, tuple[Any, str]] = {}
+
+    def visit(node: Any, path: str, depth: int) -> None:
+        if depth > 64:
+            return
+        join = (lambda key: f"{path}.{key}") if path else str
+        if isinstance(node, eqx.Module):
+            if id(node) in found:
+                return
+            if path:
+                found[id(node)] = (node, path)
+            for field in dataclasses.fields(node):
+                visit(getattr(node, field.name, None), join(field.name), depth + 1)
+        elif isinstance(node, (list, tuple)):
+            for i, item in enumerate(node):
+                visit(item, join(i), depth + 1)
+        elif isinstance(node, dict):
+            for key, item in node.items():
+                visit(item, join(key), depth + 1)
+
+    for root, name in roots:
+        visit(root, name, 0)
+    return list(found.values())
 
 
 def _without_state(out: Any) -> Any:

@@ -20,7 +20,7 @@ import sys
 import types
 from typing import Any
 
-from jax2onnx.plugin import PrepareConfig, Prepared
+from jax2onnx.plugin import PrepareConfig, Prepared, module_paths
 from jax2onnx_flax import linen
 
 
@@ -62,6 +62,7 @@ def prepare_closure(fn: Any, positions: list[int], config: PrepareConfig) -> Pre
 
     cells = fn.__closure__
     modules = tuple(cells[i].cell_contents for i in positions)
+    names = tuple(fn.__code__.co_freevars[i] for i in positions)
     graphdef, state = nnx.split(modules)
     pinned = _pinned(config)
 
@@ -79,7 +80,7 @@ def prepare_closure(fn: Any, positions: list[int], config: PrepareConfig) -> Pre
             fn.__code__, fn.__globals__, fn.__name__, fn.__defaults__, closure
         )
         clone.__kwdefaults__ = fn.__kwdefaults__
-        with _linen_inference(config):
+        with _linen_inference(config), module_paths(_paths(copies, names)):
             return clone(*args, **kwargs)
 
     _copy_signature(pure, fn)
@@ -111,11 +112,26 @@ def prepare_module(module: Any, method: str | None, config: PrepareConfig) -> Pr
             copy.set_attributes(**pinned, raise_if_not_found=False)
         linen.strip_bridge_rngs([copy])
         call = getattr(copy, method) if method else copy
-        with _linen_inference(config):
+        with _linen_inference(config), module_paths(_paths([copy], [""])):
             return call(*args, **kwargs)
 
     _copy_signature(pure, getattr(module, method) if method else module.__call__)
     return Prepared(fn=pure, name=target_name)
+
+
+def _paths(roots: Any, names: Any) -> list[tuple[Any, str]]:
+    """Each submodule of ``roots`` with its attribute path (``blocks.0.linear``), under
+    the root's name (the closure variable's) when it has one; the first path wins for a
+    shared submodule."""
+    from flax import nnx
+
+    found: dict[int, tuple[Any, str]] = {}
+    for root, name in zip(roots, names):
+        for path, node in nnx.iter_graph(root):
+            if isinstance(node, nnx.Module) and id(node) not in found:
+                dotted = ".".join(str(p) for p in (name, *path) if str(p))
+                found[id(node)] = (node, dotted)
+    return list(found.values())
 
 
 def _linen_inference(config: PrepareConfig) -> Any:

@@ -65,4 +65,25 @@ def optimize(model: ir.Model, *, normalization_mode: str = "auto") -> ir.Model:
         common.RemoveUnusedOpsetsPass(),
     )
     passes(model)
+    _fill_metadata(model.graph)
     return model
+
+
+def _fill_metadata(graph: ir.Graph) -> None:
+    """Nodes a pass made without source metadata (a Transpose moved through the graph,
+    an Identity for a repeated output) take that of a node they feed, else of a node
+    feeding them, when the lowering wrote any."""
+    from jax2onnx.provenance import SOURCE_KEY
+
+    nodes = list(graph)
+    if not any(SOURCE_KEY in n.metadata_props for n in nodes):
+        return
+    for node in reversed(nodes):  # consumers first: a chain of new nodes fills backwards
+        if SOURCE_KEY in node.metadata_props:
+            continue
+        near = [use.node for out in node.outputs for use in out.uses()]
+        near += [v.producer() for v in node.inputs if v is not None]
+        for other in near:
+            if other is not None and SOURCE_KEY in other.metadata_props:
+                node.metadata_props.update(other.metadata_props)
+                break

@@ -32,7 +32,14 @@ class FuseMatMulAddPass(ir.passes.InPlacePass):
                     continue
                 if not _fusable(graph, matmul, product, bias):
                     continue
-                gemm = ir.Node("", "Gemm", [*matmul.inputs, bias], num_outputs=1, name=matmul.name)
+                gemm = ir.Node(
+                    "",
+                    "Gemm",
+                    [*matmul.inputs, bias],
+                    num_outputs=1,
+                    name=matmul.name,
+                    metadata_props=dict(matmul.metadata_props) or None,
+                )
                 out, old = gemm.outputs[0], add.outputs[0]
                 out.dtype, out.shape = old.dtype, old.shape
                 graph.insert_before(add, gemm)

@@ -135,6 +135,9 @@ class Match:
         if not self.closed():
             return False
         old = self.anchor.outputs[0]
+        for node in new_nodes:  # the fused op comes from the pattern's last equation
+            if not node.metadata_props and self.anchor.metadata_props:
+                node.metadata_props.update(self.anchor.metadata_props)
         result.dtype = result.dtype or old.dtype
         if result.shape is None:
             result.shape = old.shape
