@@ -227,3 +227,21 @@ def test_the_command_line_verifies(tmp_path, capsys):
 def test_verify_is_public():
     assert jax2onnx.verify is verify
     assert "verify" in jax2onnx.__all__
+
+
+def test_onnx_function_bodies_carry_the_function_name():
+    @jax2onnx.onnx_function
+    def scaled(x):
+        return jnp.tanh(x) * 2
+
+    def f(x):
+        return scaled(x) + 1
+
+    proto = to_onnx(f, [(3,)])
+    (function,) = proto.functions
+    for node in function.node:
+        assert {p.key: p.value for p in node.metadata_props}["jax2onnx.module"] == "scaled"
+        assert node.name.startswith("scaled/")
+    report = verify(f, [_x((3,))], extra_rules=_tanh_off_by(1e-3))
+    assert report.first is not None and report.first.primitive == "onnx_function"
+    assert "ONNX function scaled" in report.first.note

@@ -37,17 +37,30 @@ def source_line(eqn: Any, enclosing: str = UNKNOWN_SOURCE) -> str:
     jax2onnx's own packages (the core, its plugins and third-party
     ``jax2onnx_*`` plugins: the stand-in an interception installs) are
     skipped, so a macro primitive's equation names the user's call of the
-    intercepted function.
+    intercepted function; so are frames of installed libraries (under
+    ``site-packages``: Equinox's ``filter_primitive_bind``, lineax) in favour
+    of a frame outside them, else of ``enclosing`` when it is known.
     """
     from jax._src import source_info_util
 
     try:
-        frames = source_info_util.user_frames(eqn.source_info.traceback)
-        frame = next((f for f in frames if not _ours(f.file_name)), None)
+        frames = [
+            f
+            for f in source_info_util.user_frames(eqn.source_info.traceback)
+            if not _ours(f.file_name)
+        ]
+        frame = next((f for f in frames if not _installed(f.file_name)), None)
+        if frame is None and enclosing != UNKNOWN_SOURCE:
+            return enclosing  # library code all the way: the user's call around it
+        frame = frame if frame is not None else next(iter(frames), None)
         line = source_info_util._summarize_frame(frame) if frame is not None else ""
     except Exception:  # pragma: no cover - source info is best effort
         line = ""
     return line or enclosing
+
+
+def _installed(file_name: str) -> bool:
+    return "site-packages" in file_name or "dist-packages" in file_name
 
 
 @functools.lru_cache(maxsize=1024)
