@@ -54,7 +54,7 @@ class MetaDependencies(MetadataHookInterface):
         extras = {k: [requirement(s) for s in v] for k, v in EXTRAS.items()}
         for key, reqs in THIRD_PARTY.items():
             extras.setdefault(key, []).extend(reqs)
-        # the whole suite also runs each plugin's own test dependencies (diffrax for equinox)
+        # the suite also runs each plugin's test dependencies (equinox: diffrax, lineax, optimistix)
         extras["all"] = sorted(
             {r for reqs in extras.values() for r in reqs if not r.startswith("jax2onnx-equinox ")}
             | {requirement("equinox[test]")}

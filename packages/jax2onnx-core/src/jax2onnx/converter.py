@@ -159,10 +159,13 @@ class ConversionReport:
             ``trace``, ``lower``, ``passes``; ``to_onnx`` adds ``serialize``).
         emitted_ops: per primitive, the ONNX op types its rule emitted (the
             coverage table is built from this).
+        inlined: the primitives no plugin lowers that were converted through
+            their own JAX implementation (a library's ``def_impl``).
     """
 
     timings: Mapping[str, float]
     emitted_ops: Mapping[str, frozenset[str]]
+    inlined: frozenset[str] = frozenset()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -242,7 +245,7 @@ def convert(
         with step("lower", report_times):
             in_names = [*input_specs.names, *(k for k, _ in input_specs.params)]
             out_names = specs.output_names(out_shapes, options.output_names, in_names)
-            model, emitted = lowering.lower(
+            model, emitted, inlined = lowering.lower(
                 closed,
                 list(zip(in_names, input_specs.all_specs)),
                 out_names,
@@ -268,6 +271,7 @@ def convert(
     report = ConversionReport(
         types.MappingProxyType(report_times),
         types.MappingProxyType({k: frozenset(v) for k, v in emitted.items()}),
+        inlined,
     )
     return ConversionResult(model, report, closed)
 

@@ -57,6 +57,8 @@ class Conversion:
         self.metadata = metadata  # source metadata and readable names on nodes
         self.recorder = recorder
         self.frames: list[Frame] = []  # the equations being lowered, innermost last
+        self.inlined: set[str] = set()  # primitives converted through their implementation
+        self.inlining: set[str] = set()  # ... whose implementation is being lowered now
         self.opset = opset
         self.normalization_mode = normalization_mode
         self.plugin_set = plugin_set
@@ -71,11 +73,15 @@ class Conversion:
         self.counter += 1
         return f"{prefix}_{self.counter}"
 
-    def retrace(self, fn: Callable[..., Any], specs: Sequence[Any]) -> Any:
-        """``fn`` traced on ``specs`` while lowering, checked for missing lowerings."""
+    def retrace(self, fn: Callable[..., Any], specs: Sequence[Any], intercepted=False) -> Any:
+        """``fn`` traced on ``specs`` while lowering, checked for missing lowerings;
+        ``intercepted``: with the plugins' interceptions active, as in the first trace."""
         from jax2onnx.tracing import retrace
 
-        return retrace(fn, specs, self.registry, self.plugin_set, self.source)
+        interceptions = self.registry.interceptions if intercepted else ()
+        return retrace(
+            fn, specs, self.registry, self.plugin_set, self.source, interceptions=interceptions
+        )
 
 
 class GraphScope:
@@ -362,6 +368,8 @@ class GraphScope:
         on_complex = touches_complex(eqn)
         lowering = conversion.registry.lookup(name, conversion.opset, complex=on_complex)
         if lowering is None:
+            lowering = conversion.registry.implementation(eqn.primitive)
+        if lowering is None:
             where = source_line(eqn, conversion.source)
             if on_complex and not conversion.registry.lowerings(name, complex=True):
                 raise LoweringError(_no_complex_lowering(conversion.registry, eqn, where))
@@ -541,10 +549,11 @@ def lower(
     producer_version: str,
     metadata: bool = True,
     recorder: Recorder | None = None,
-) -> tuple[ir.Model, dict[str, set[str]]]:
+) -> tuple[ir.Model, dict[str, set[str]], frozenset[str]]:
     """The ONNX model of ``closed``: graph inputs ``(name, spec)``, outputs named ``outputs``.
 
-    Returns the model and, per primitive, the ONNX op types its rule emitted.
+    Returns the model, per primitive the ONNX op types its rule emitted, and the
+    primitives converted through their own JAX implementation.
     ``metadata`` puts each node's origin in its ``metadata_props``;
     ``recorder`` collects the user equations lowered into the main graph.
     """
@@ -574,4 +583,4 @@ def lower(
         producer_version=producer_version,
         functions=list(conversion.functions.values()),
     )
-    return model, conversion.emitted
+    return model, conversion.emitted, frozenset(conversion.inlined)

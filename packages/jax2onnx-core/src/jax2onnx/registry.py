@@ -143,6 +143,20 @@ class Registry:
                 )
         return None
 
+    def implementation(self, primitive: Any) -> Lowering | None:
+        """For a primitive no plugin lowers, a rule inlining its own JAX implementation
+        (:mod:`jax2onnx.implementations`); None when it has none worth tracing."""
+        from jax2onnx import implementations
+
+        if primitive.name in self or implementations.implementation(primitive) is None:
+            return None
+        return Lowering(
+            primitive=primitive.name,
+            fn=implementations.inline_implementation,
+            plugin="core",
+            values="any",
+        )
+
     def _table(self, complex: bool) -> dict[str, list[Lowering]]:
         return self._tables["complex" if complex else "real"]
 

@@ -135,14 +135,19 @@ def retrace(
     registry: Any,
     plugin_set: Any,
     enclosing: str,
+    *,
+    interceptions: Sequence[Any] = (),
 ) -> Any:
     """Trace ``fn`` on ``specs`` while lowering (a decomposition, a subgraph body).
 
     Every jaxpr made after the first trace goes through here, so a primitive
     no plugin lowers is reported like one in the user's function, at the
-    user's line ``enclosing``.
+    user's line ``enclosing``. ``interceptions`` are active while ``fn``
+    traces (a library primitive's implementation is library code like the
+    user's; a plugin's own decomposition needs none).
     """
-    closed = jax.make_jaxpr(fn)(*specs)
+    with interceptions_active(interceptions):
+        closed = jax.make_jaxpr(fn)(*specs)
     check_supported(closed, registry, plugin_set, enclosing)
     return closed
 

@@ -70,7 +70,7 @@ def check_supported(
             if registry.handles(name, complex=True):
                 continue
             name = f"{name} (on complex values)"
-        elif name in registry:
+        elif name in registry or registry.implementation(eqn.primitive) is not None:
             continue
         if name not in missing:
             if enclosing is not None and line != enclosing:

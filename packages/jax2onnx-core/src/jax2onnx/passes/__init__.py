@@ -7,7 +7,9 @@ outputs); :class:`FoldTransposesPass` moves the Transposes that
 channels-last convolutions, pooling and the NCHW adaptors create through the
 layout-agnostic ops between them until they meet and cancel;
 :class:`FoldReshapesPass` collapses Reshape chains and drops Reshapes that
-keep the shape; :class:`FoldConstantsPass` computes, once at conversion time,
+keep the shape; :class:`FoldIndexingPass` cancels Squeeze/Unsqueeze pairs and
+merges stacked constant slices of one tensor into a Slice or a Gather (in
+Loop/If bodies too); :class:`FoldConstantsPass` computes, once at conversion time,
 the nodes whose inputs are all initializers (a bias reshaped for
 broadcasting, ``rsqrt(var + eps)`` of a normalisation) for the ops whose
 NumPy result is bit-identical to ONNX Runtime's;
@@ -27,6 +29,7 @@ from jax2onnx.passes.constants import FoldConstantsPass
 from jax2onnx.passes.fusion import FusePatternsPass
 from jax2onnx.passes.gemm import FuseMatMulAddPass
 from jax2onnx.passes.identities import EliminateIdentitiesPass
+from jax2onnx.passes.indexing import FoldIndexingPass
 from jax2onnx.passes.reshapes import FoldReshapesPass
 from jax2onnx.passes.transposes import FoldTransposesPass
 from jax2onnx.passes.weights import DeduplicateWeightsPass
@@ -35,6 +38,7 @@ __all__ = [
     "DeduplicateWeightsPass",
     "EliminateIdentitiesPass",
     "FoldConstantsPass",
+    "FoldIndexingPass",
     "FoldReshapesPass",
     "FoldTransposesPass",
     "FuseMatMulAddPass",
@@ -54,6 +58,7 @@ def optimize(model: ir.Model, *, normalization_mode: str = "auto") -> ir.Model:
         FoldConstantsPass(),
         FoldTransposesPass(),
         FoldReshapesPass(),
+        FoldIndexingPass(),
         common.RemoveUnusedNodesPass(),
         common.CommonSubexpressionEliminationPass(),
         common.RemoveUnusedNodesPass(),

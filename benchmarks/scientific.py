@@ -1,0 +1,95 @@
+"""The scientific JAX stack's example solves (``jax2onnx_equinox.solvers``) as ONNX.
+
+    python benchmarks/scientific.py              # every example, float32
+    python benchmarks/scientific.py --runs 50 --only diffrax_dopri5_pid
+
+For each example, in one process: the nodes of the exported model (every graph,
+Loop bodies included) with the indexing pass (``FoldIndexingPass``) and
+without it, the conversion time (median of 3), ONNX Runtime's latency against
+``jax.jit`` of the same function on the same input (calls alternating after a
+warm-up; medians), and the largest absolute difference of the outputs.
+"Without the pass" replaces the pass's work by nothing for one conversion, in
+this process only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import jax
+import numpy as np
+import onnxruntime as ort
+
+import jax2onnx
+from jax2onnx._ir import ir
+from jax2onnx.passes import indexing
+from jax2onnx_testkit import op_counts
+
+sys.path.insert(0, str(Path(__file__).parent))
+from run import _latencies  # noqa: E402 - the interleaved timing of benchmarks/run.py
+
+
+@contextlib.contextmanager
+def indexing_off():
+    call = indexing.FoldIndexingPass.call
+    indexing.FoldIndexingPass.call = lambda self, model: ir.passes.PassResult(model, False)
+    try:
+        yield
+    finally:
+        indexing.FoldIndexingPass.call = call
+
+
+def nodes(model) -> int:
+    """Every node, Loop/If bodies included."""
+    return sum(op_counts(model).values())
+
+
+def measure(name: str, fn, shape, runs: int) -> dict[str, str]:
+    x = np.random.default_rng(0).uniform(0.9, 1.1, shape).astype(np.float32)
+    with indexing_off():
+        plain = nodes(jax2onnx.to_onnx(fn, [x]))
+    times = []
+    for _ in range(3):
+        start = time.perf_counter()
+        proto = jax2onnx.to_onnx(fn, [x])
+        times.append(time.perf_counter() - start)
+    session = ort.InferenceSession(proto.SerializeToString(), providers=["CPUExecutionProvider"])
+    feed = {session.get_inputs()[0].name: x}
+    jitted = jax.jit(fn)
+    want = np.asarray(jitted(x))
+    (got,) = session.run(None, feed)
+    ort_s, jax_s = _latencies(session, [session.get_inputs()[0].name], jitted, [x], runs)
+    ort_ms, jax_ms = ort_s * 1e3, jax_s * 1e3
+    return {
+        "example": name,
+        "nodes": str(nodes(proto)),
+        "nodes w/o indexing pass": str(plain),
+        "conversion s": f"{statistics.median(times):.2f}",
+        "ORT/JAX": f"{ort_ms:.3f}/{jax_ms:.3f} ms ({ort_ms / jax_ms:.2f}x)",
+        "max abs diff": f"{float(np.max(np.abs(got - want))):.1e}",
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    from jax2onnx_equinox import solvers
+
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--runs", type=int, default=30)
+    parser.add_argument("--only", help="comma-separated example names")
+    args = parser.parse_args(argv)
+    wanted = args.only.split(",") if args.only else list(solvers.SOLVES)
+    rows = [measure(n, *solvers.SOLVES[n], args.runs) for n in wanted]
+    print("| " + " | ".join(rows[0]) + " |")
+    print("|" + "---|" * len(rows[0]))
+    for row in rows:
+        print("| " + " | ".join(row.values()) + " |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

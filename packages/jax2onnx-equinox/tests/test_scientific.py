@@ -1,0 +1,73 @@
+"""The scientific JAX stack as ONNX: lineax solves, optimistix root finding and
+minimisation, diffrax ODE and SDE solves (``jax2onnx_equinox.solvers``), each a
+function of its initial values, in float32 and float64 against JAX.
+
+None of these libraries has a plugin: lineax's ``linear_solve`` primitive
+converts through its JAX implementation, the Equinox primitives inside them
+through the equinox plugin.
+"""
+
+from __future__ import annotations
+
+import jax.numpy as jnp
+import pytest
+
+from jax2onnx import convert
+from jax2onnx.plugin import Rules, case
+
+for _library in ("diffrax", "lineax", "optimistix"):
+    pytest.importorskip(_library, reason="a test dependency of jax2onnx-equinox ([test] extra)")
+
+from jax2onnx_equinox import solvers  # noqa: E402
+
+rules = Rules("scientific")
+jax2onnx_rules = [rules]
+
+_LOOSE = {"float32": (1e-4, 1e-5), "float64": (1e-9, 1e-10)}  # a solver's own rounding
+_TOLERANCES = {
+    "lineax_cg": _LOOSE,
+    "optimistix_newton": _LOOSE,
+    "optimistix_bfgs": _LOOSE,
+    "diffrax_tsit5_pid": _LOOSE,
+    "diffrax_dopri5_pid": _LOOSE,
+    "diffrax_kvaerno5_stiff": {"float32": (2e-3, 1e-6), "float64": (1e-7, 1e-12)},
+    "diffrax_euler_sde": _LOOSE,
+}
+_RANGES = {"diffrax_kvaerno5_stiff": (0.9, 1.1)}  # y0 = (scale, 0, 0)
+
+for _name, (_fn, _shape) in solvers.SOLVES.items():
+    _library, _, _example = _name.partition("_")
+    rules.add_cases(
+        _library,
+        [
+            case(
+                _example,
+                _fn,
+                [_shape],
+                tolerances=_TOLERANCES.get(_name),
+                input_range=_RANGES.get(_name),
+            )
+        ],
+    )
+
+
+def test_case(jax2onnx_case, check_case):
+    check_case(jax2onnx_case)
+
+
+_LOOPS = ["lineax_cg", "optimistix_newton", "optimistix_bfgs", "diffrax_dopri5_pid"]
+_LOOPS += ["diffrax_kvaerno5_stiff", "diffrax_euler_sde"]
+
+
+@pytest.mark.parametrize("name", _LOOPS)
+def test_each_solve_is_one_loop(name):
+    """The solver's iteration is one Loop of the main graph (its steps inside it)."""
+    fn, shape = solvers.SOLVES[name]
+    graph = convert(fn, [shape]).model.graph
+    assert [node.op_type for node in graph].count("Loop") == 1
+
+
+def test_library_primitives_are_reported_as_inlined():
+    fn, shape = solvers.SOLVES["lineax_lu"]
+    assert convert(fn, [shape]).report.inlined == {"linear_solve"}
+    assert convert(jnp.sin, [(4,)]).report.inlined == frozenset()
