@@ -69,7 +69,7 @@ def inline_implementation(ctx: Any, *inputs: Any, **params: Any) -> Any:
         # traced as the user's code around it was: with the plugins' interceptions
         # (an eqx.error_if inside lineax becomes the exported check, not a callback)
         structs = [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in ctx.avals_in]
-        closed = conversion.retrace(functools.partial(impl, **params), structs, intercepted=True)
+        closed = conversion.retrace(functools.partial(impl, **params), structs, implementation=name)
         outs = ctx.inline(closed, list(inputs))
     finally:
         conversion.inlining.discard(name)

@@ -73,14 +73,27 @@ class Conversion:
         self.counter += 1
         return f"{prefix}_{self.counter}"
 
-    def retrace(self, fn: Callable[..., Any], specs: Sequence[Any], intercepted=False) -> Any:
-        """``fn`` traced on ``specs`` while lowering, checked for missing lowerings;
-        ``intercepted``: with the plugins' interceptions active, as in the first trace."""
+    def retrace(
+        self, fn: Callable[..., Any], specs: Sequence[Any], implementation: str | None = None
+    ) -> Any:
+        """``fn`` traced on ``specs`` while lowering, checked for missing lowerings.
+
+        ``implementation`` names the primitive whose own JAX implementation ``fn``
+        is: traced with the plugins' interceptions active, as in the first trace,
+        and named in the report of a primitive it binds that nothing lowers.
+        """
         from jax2onnx.tracing import retrace
 
-        interceptions = self.registry.interceptions if intercepted else ()
+        if implementation is None:
+            return retrace(fn, specs, self.registry, self.plugin_set, self.source)
         return retrace(
-            fn, specs, self.registry, self.plugin_set, self.source, interceptions=interceptions
+            fn,
+            specs,
+            self.registry,
+            self.plugin_set,
+            self.source,
+            interceptions=self.registry.interceptions,
+            within=f"the JAX implementation of {implementation!r} (no plugin lowers it)",
         )
 
 

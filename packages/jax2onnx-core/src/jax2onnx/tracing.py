@@ -137,6 +137,7 @@ def retrace(
     enclosing: str,
     *,
     interceptions: Sequence[Any] = (),
+    within: str = "a lowering's decomposition",
 ) -> Any:
     """Trace ``fn`` on ``specs`` while lowering (a decomposition, a subgraph body).
 
@@ -148,7 +149,7 @@ def retrace(
     """
     with interceptions_active(interceptions):
         closed = jax.make_jaxpr(fn)(*specs)
-    check_supported(closed, registry, plugin_set, enclosing)
+    check_supported(closed, registry, plugin_set, enclosing, within)
     return closed
 
 

@@ -55,13 +55,17 @@ def iter_equations(jaxpr: Any, enclosing: str = UNKNOWN_SOURCE):
 
 
 def check_supported(
-    closed: Any, registry: Any, plugin_set: Any, enclosing: str | None = None
+    closed: Any,
+    registry: Any,
+    plugin_set: Any,
+    enclosing: str | None = None,
+    within: str = "a lowering's decomposition",
 ) -> None:
     """Raise one error listing every primitive (in every sub-jaxpr) without a lowering.
 
     ``enclosing`` is the user's line when ``closed`` is a lowering's own
-    computation (a decomposition, a subgraph body): the error names that line
-    first, then the line inside the lowering.
+    computation (a decomposition, a subgraph body, ``within`` says which): the
+    error names that line first, then the line inside it.
     """
     missing: dict[str, tuple[Any, str]] = {}
     for eqn, line in iter_equations(closed, enclosing or UNKNOWN_SOURCE):
@@ -74,7 +78,7 @@ def check_supported(
             continue
         if name not in missing:
             if enclosing is not None and line != enclosing:
-                line = f"{enclosing}, in a lowering's decomposition at {line}"
+                line = f"{enclosing}, in {within} at {line}"
             missing[name] = (eqn, line)
     if not missing:
         return
