@@ -23,6 +23,7 @@ from jax2onnx.plugin import (
     has_kernel,
     kernel_dtype,
     kernel_dtypes,
+    native_kernel,
     new_dimension,
 )
 
@@ -253,9 +254,14 @@ def test_kernel_table_answers():
     assert has_kernel("Where", np.float32) and not has_kernel("Where", np.int16)
     assert kernel_dtype("Where", np.int16) == np.int32
     assert kernel_dtype("Max", np.bool_) == np.uint8
-    assert kernel_dtype("Add", jnp.bfloat16) == np.float32
-    assert kernel_dtypes("Gelu") == {np.dtype(np.float32)}
-    assert kernel_dtypes("Relu", "Gelu") == {np.dtype(np.float32)}
+    # half precision: emitted as it is, computed in float32 after the lowering
+    assert kernel_dtype("Add", jnp.bfloat16) == jnp.bfloat16
+    assert not native_kernel("Add", jnp.bfloat16) and native_kernel("Reshape", jnp.bfloat16)
+    assert not native_kernel("Pad", jnp.bfloat16, opset=19) and native_kernel("Pad", jnp.bfloat16)
+    halves = {np.dtype(jnp.bfloat16), np.dtype(np.float16)}
+    assert kernel_dtypes("Gelu") == {np.dtype(np.float32), *halves}
+    assert kernel_dtypes("Relu", "Gelu") == {np.dtype(np.float32), *halves}
+    assert kernel_dtypes("Max", "Where") & halves == halves
 
 
 # -- the report -----------------------------------------------------------------------------

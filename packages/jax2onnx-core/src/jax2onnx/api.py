@@ -63,6 +63,7 @@ def convert(
     extra_rules: Sequence[Rules] | Rules | None = None,
     normalization_mode: NormalizationMode = "auto",
     source_metadata: bool = True,
+    native_half_precision: bool = False,
 ) -> ConversionResult:
     """Convert like `to_onnx`, returning the ``onnx_ir.Model`` and a report.
 
@@ -109,6 +110,7 @@ def convert(
         record_primitive_calls_file=record_primitive_calls_file,
         normalization_mode=normalization_mode,
         source_metadata=source_metadata,
+        native_half_precision=native_half_precision,
     )
     specs.check_inputs(inputs)
     specs.check_call(fn, len(inputs), list(input_params or ()))
@@ -142,11 +144,13 @@ def to_onnx(
     extra_rules: Sequence[Rules] | Rules | None = None,
     external_data: bool | None = None,
     source_metadata: bool = True,
+    native_half_precision: bool = False,
 ) -> Any:
     """Convert a JAX function, or a model a plugin understands, to ONNX.
 
     The arguments and their meanings are those of jax2onnx 0.17's ``to_onnx``;
-    ``extra_rules``, ``external_data`` and ``source_metadata`` are new. Equal arguments give a
+    ``extra_rules``, ``external_data``, ``source_metadata`` and ``native_half_precision``
+    are new. Equal arguments give a
     byte-identical model: names and node order are deterministic.
 
     Args:
@@ -226,6 +230,16 @@ def to_onnx(
             path, the ``@onnx_function`` name, ``jax.named_scope`` names),
             which also prefixes the node's name. ``False`` writes none of it,
             for the smallest file.
+        native_half_precision: ``False`` (default): a bfloat16 op that ONNX
+            Runtime's CPU provider has no kernel for (most of them: ``Exp``,
+            ``MatMul``, ``Add`` ...) computes in float32 between Casts,
+            rounding back to bfloat16 where JAX does, so the model runs
+            everywhere. ``True`` keeps every bfloat16 op, for runtimes with
+            bfloat16 kernels (TensorRT, ONNX Runtime CUDA and DirectML,
+            onnxruntime-web WebGPU); ONNX Runtime CPU then refuses to load
+            most such models. float16 ops are kept either way (ONNX Runtime
+            computes those it lacks in float32 itself). See the precision
+            page of the docs.
 
     Returns:
         An ``onnx.ModelProto`` (``"proto"``), an ``onnx_ir.Model`` (``"ir"``)
@@ -292,6 +306,7 @@ def to_onnx(
         extra_rules=extra_rules,
         normalization_mode=normalization_mode,
         source_metadata=source_metadata,
+        native_half_precision=native_half_precision,
     )
     timings = dict(result.report.timings)
     with step("serialize", timings):

@@ -22,6 +22,7 @@ from jax2onnx.errors import Jax2OnnxError
 
 DEFAULT_STATIC_SIZE = 3
 DEFAULT_DYNAMIC_SIZES = (2, 5)
+PRECISIONS = ("f32", "f64", "bf16", "f16")  # what Case.variants may name
 
 
 @dataclasses.dataclass(frozen=True)
@@ -44,8 +45,10 @@ class Case:
         tolerances: ``{dtype name: (rtol, atol)}`` overriding the defaults.
         skip: reason to skip the case (never empty when set).
         xfail: reason the case is expected to fail (never empty when set).
-        variants: dtype variants to run (``"f32"``, ``"f64"``); ``None`` runs
-            ``f64`` too when the case has floating inputs.
+        variants: dtype variants to run (``"f32"``, ``"f64"``, and the
+            half-precision ``"bf16"``, ``"f16"``, whose float inputs are
+            bfloat16/float16 arrays); ``None`` runs ``f64`` too when the case
+            has floating inputs.
         dim_sizes: concrete sizes per symbolic dim: the first is used for the
             static variant, the others for runs of the dynamic variant (the
             first too when it is the only one).
@@ -88,8 +91,10 @@ class Case:
                 f"case {self.name!r}: {len(self.dtypes)} dtypes for {len(self.inputs)} inputs"
             )
         for variant in self.variants or ():
-            if variant not in ("f32", "f64"):
-                raise ValueError(f"case {self.name!r}: unknown variant {variant!r}")
+            if variant not in PRECISIONS:
+                raise ValueError(
+                    f"case {self.name!r}: unknown variant {variant!r} (one of {PRECISIONS})"
+                )
 
     @property
     def symbols(self) -> tuple[str, ...]:

@@ -120,6 +120,7 @@ class Options:
     record_primitive_calls_file: str | os.PathLike[str] | None = None
     normalization_mode: str = "auto"
     source_metadata: bool = True
+    native_half_precision: bool = False
 
     def __post_init__(self) -> None:
         """Check every setting; errors are TypeError/ValueError naming the argument."""
@@ -128,13 +129,15 @@ class Options:
         double = self.enable_double_precision
         if not isinstance(double, (bool, np.bool_)):
             raise TypeError(f"enable_double_precision must be a bool, got {double!r}")
-        if not isinstance(self.source_metadata, (bool, np.bool_)):
-            raise TypeError(f"source_metadata must be a bool, got {self.source_metadata!r}")
+        for flag in ("source_metadata", "native_half_precision"):
+            if not isinstance(getattr(self, flag), (bool, np.bool_)):
+                raise TypeError(f"{flag} must be a bool, got {getattr(self, flag)!r}")
         specs.check_params(self.input_params)
         checked = {
             "opset": check_opset(self.opset),
             "enable_double_precision": bool(double),
             "source_metadata": bool(self.source_metadata),
+            "native_half_precision": bool(self.native_half_precision),
             "input_names": specs.check_names("input_names", self.input_names),
             "output_names": specs.check_names("output_names", self.output_names),
             "inputs_as_nchw": _check_positions("inputs_as_nchw", self.inputs_as_nchw),
@@ -267,7 +270,11 @@ def convert(
                 _complex_positions(v.aval.dtype for v in closed.jaxpr.outvars),
             )
     with step("passes", report_times):
-        passes.optimize(model, normalization_mode=options.normalization_mode)
+        passes.optimize(
+            model,
+            normalization_mode=options.normalization_mode,
+            native_half_precision=options.native_half_precision,
+        )
     report = ConversionReport(
         types.MappingProxyType(report_times),
         types.MappingProxyType({k: frozenset(v) for k, v in emitted.items()}),

@@ -7,8 +7,19 @@ implements only some of them. Rules never hard-code those gaps: they ask
 :func:`kernel_dtype` names the exact wider type to compute in.
 
 ``KERNELS`` lists, per op type, the dtypes it runs in; an op not listed runs
-in every dtype but bfloat16. The entries are the ones our cases exercise: add
-an op when a rule needs it, with a case that fails without it.
+in every dtype but the half-precision floats. The entries are the ones our
+cases exercise: add an op when a rule needs it, with a case that fails
+without it.
+
+Half precision is different: ONNX Runtime's CPU provider has bfloat16 and
+float16 kernels for a few ops only (``HALF_KERNELS``, read from its kernel
+registry). Rules still emit bfloat16 and float16 ops wherever a float32 kernel
+exists (:func:`has_kernel` says so), which keeps the graph native for runtimes
+that have the kernels; after the lowering, the precision step
+(:mod:`jax2onnx.passes.precision`) computes each bfloat16 op without a CPU
+kernel in float32 between Casts, and ONNX Runtime does the same for float16
+by itself (its ``InsertCastTransformer``). :func:`native_kernel` is the exact
+table that step reads.
 """
 
 from __future__ import annotations
@@ -21,6 +32,7 @@ import numpy as np
 BFLOAT16 = np.dtype(ml_dtypes.bfloat16)
 F32 = np.dtype(np.float32)
 F64 = np.dtype(np.float64)
+F16 = np.dtype(np.float16)
 
 _NUMERIC = frozenset(
     np.dtype(t)
@@ -92,31 +104,73 @@ KERNELS: dict[str, frozenset[np.dtype]] = {
     "MaxPool": _FLOATS,
 }
 
+# ONNX Runtime's CPU kernels for the half-precision floats: op -> the first opset
+# with one (the registry's ranges are contiguous from there on). Read from
+# onnxruntime.capi._pybind_state.get_all_opkernel_def() of onnxruntime 1.32;
+# tests/test_kernels.py compares this table with the installed ONNX Runtime.
+_HALF_SHARED = {
+    "Cast": 6, "Concat": 4, "ConstantOfShape": 9, "Compress": 9, "Flatten": 1,
+    "Gather": 1, "GatherElements": 11, "GatherND": 11, "Identity": 1, "If": 1,
+    "IsInf": 20, "LayerNormalization": 1, "Loop": 1, "Pad": 21, "RandomNormalLike": 1,
+    "RandomUniformLike": 1, "Reshape": 1, "ReverseSequence": 10, "Scan": 8,
+    "ScatterElements": 11, "ScatterND": 11, "Shape": 1, "Shrink": 9, "Sign": 9,
+    "Slice": 1, "Split": 2, "Squeeze": 1, "TensorScatter": 24, "Transpose": 1,
+    "Unsqueeze": 1, "BitCast": 26,
+}  # fmt: skip
+HALF_KERNELS: dict[np.dtype, dict[str, int]] = {
+    BFLOAT16: {**_HALF_SHARED, "IsNaN": 20},
+    F16: {
+        **_HALF_SHARED, "IsNaN": 9, "Attention": 23, "Clip": 12, "Expand": 8, "Max": 12,
+        "Min": 12, "Mod": 10, "RMSNormalization": 23, "RotaryEmbedding": 23, "Round": 11,
+    },
+}  # fmt: skip
+HALF = frozenset(HALF_KERNELS)
+DEFAULT_OPSET = 23
+
 # Exact stand-ins: integers widen by value (uint64 -> int64 keeps the bits, all
-# Where and Max need), bool -> uint8, bfloat16 -> float32 (one rounding back, as
-# XLA's CPU backend computes bfloat16).
+# Where and Max need), bool -> uint8. (bfloat16 and float16 widen after the
+# lowering, in the precision step.)
 _WIDER = {
     np.dtype(np.bool_): np.dtype(np.uint8),
     np.dtype(np.int16): np.dtype(np.int32),
     np.dtype(np.uint16): np.dtype(np.int32),
     np.dtype(np.uint64): np.dtype(np.int64),
-    BFLOAT16: F32,
 }
 
 
+def native_kernel(op_type: str, dtype: Any, opset: int | None = None) -> bool:
+    """Whether ONNX Runtime's CPU provider has a kernel of its own for ``op_type`` on ``dtype``.
+
+    The exact table: False for a bfloat16 or float16 op that runs only because
+    something computes it in float32 (the precision step, or ONNX Runtime's own
+    float16 casts). ``opset`` is the model's (default 23).
+    """
+    dtype = np.dtype(dtype)
+    half = HALF_KERNELS.get(dtype)
+    if half is not None:
+        first = half.get(op_type)
+        return first is not None and (opset or DEFAULT_OPSET) >= first
+    known = KERNELS.get(op_type)
+    return known is None or dtype in known
+
+
 def has_kernel(op_type: str, dtype: Any) -> bool:
-    """Whether ONNX Runtime's CPU provider runs ``op_type`` on operands of ``dtype``.
+    """Whether a rule may emit ``op_type`` on operands of ``dtype`` and have it run.
 
     Args:
         op_type: an ONNX op type (``"Where"``, ``"Gelu"`` ...).
         dtype: a NumPy or JAX dtype.
 
     Returns:
-        False for bfloat16 and for the gaps the table lists; True otherwise.
+        For bfloat16 and float16: whether the op has a float32 kernel (ONNX
+        Runtime computes float16 in float32 itself; the precision step does it
+        for bfloat16, unless ``native_half_precision=True`` keeps the op for a
+        runtime with half-precision kernels). Otherwise: False for the gaps
+        ``KERNELS`` lists, True for everything else.
     """
     dtype = np.dtype(dtype)
-    if dtype == BFLOAT16:
-        return False
+    if dtype in HALF:
+        return native_kernel(op_type, dtype) or native_kernel(op_type, F32)
     known = KERNELS.get(op_type)
     return known is None or dtype in known
 
@@ -124,10 +178,11 @@ def has_kernel(op_type: str, dtype: Any) -> bool:
 def kernel_dtype(op_type: str, dtype: Any) -> np.dtype:
     """The dtype to compute ``op_type`` in for operands of ``dtype``.
 
-    ``dtype`` itself where ONNX Runtime has the kernel; otherwise the exact
-    wider stand-in (bool -> uint8, int16/uint16 -> int32, uint64 -> int64,
-    bfloat16 -> float32) when that one has it; otherwise ``dtype`` (the
-    caller decomposes).
+    ``dtype`` itself where the op can run on it (`has_kernel`; for bfloat16
+    and float16 that includes ops computed in float32 after the lowering);
+    otherwise the exact wider stand-in (bool -> uint8, int16/uint16 -> int32,
+    uint64 -> int64) when that one has it; otherwise ``dtype`` (the caller
+    decomposes).
 
     Example:
         ```python
@@ -145,11 +200,13 @@ def kernel_dtype(op_type: str, dtype: Any) -> np.dtype:
 
 
 def kernel_dtypes(*op_types: str) -> frozenset[np.dtype]:
-    """The dtypes every one of ``op_types`` has kernels for (for ``native_dtypes=``).
+    """The dtypes every one of ``op_types`` can run on (for ``native_dtypes=``).
+
+    bfloat16 and float16 are in the set wherever float32 is (see `has_kernel`).
 
     Example:
         ```python
-        @family.lowering(gelu_p, native_dtypes=kernel_dtypes("Gelu"))  # float32 only
+        @family.lowering(gelu_p, native_dtypes=kernel_dtypes("Gelu"))  # float32 and halves
         def gelu(ctx, x, *, approximate):
             return ctx.op.Gelu(x, approximate="tanh" if approximate else "none")
         ```
@@ -157,4 +214,10 @@ def kernel_dtypes(*op_types: str) -> frozenset[np.dtype]:
     result = _NUMERIC
     for op_type in op_types:
         result = result & KERNELS.get(op_type, _NUMERIC)
-    return frozenset(result)
+    return with_halves(result)
+
+
+def with_halves(dtypes: Any) -> frozenset[np.dtype]:
+    """``dtypes`` with bfloat16 and float16 added when float32 is among them."""
+    result = frozenset(np.dtype(d) for d in dtypes)
+    return result | HALF if F32 in result else result

@@ -4,7 +4,8 @@ A plugin imports nothing else of jax2onnx (no ``jax2onnx.<module>``) and no
 private name of another plugin; the suite checks this for our distributions.
 ``LoweringContext``, ``SubgraphBuilder``, ``at_conversion``,
 ``batch_at_front``, ``call_arguments``, ``has_kernel``, ``kernel_dtype``,
-``kernel_dtypes``, ``module_paths``, ``new_dimension`` and ``stored_array`` are imported on
+``kernel_dtypes``, ``module_paths``, ``native_kernel``, ``new_dimension``, ``run_session``
+and ``stored_array`` are imported on
 first access (a module ``__getattr__``), so importing this module does not
 load the converter.
 
@@ -56,9 +57,10 @@ if TYPE_CHECKING:
     from jax2onnx.caching import at_conversion
     from jax2onnx.context import LoweringContext, SubgraphBuilder
     from jax2onnx.interceptions import module_paths
-    from jax2onnx.kernels import has_kernel, kernel_dtype, kernel_dtypes
+    from jax2onnx.kernels import has_kernel, kernel_dtype, kernel_dtypes, native_kernel
     from jax2onnx.macro import batch_at_front, call_arguments
     from jax2onnx.specs import new_dimension
+    from jax2onnx.validation import run_session
     from jax2onnx.validation import stored as stored_array
 
 _LAZY = {
@@ -71,6 +73,8 @@ _LAZY = {
     "has_kernel": "jax2onnx.kernels",
     "kernel_dtype": "jax2onnx.kernels",
     "kernel_dtypes": "jax2onnx.kernels",
+    "native_kernel": "jax2onnx.kernels",
+    "run_session": "jax2onnx.validation",
     "new_dimension": "jax2onnx.specs",
     "module_paths": "jax2onnx.interceptions",
     "stored_array": "jax2onnx.validation",
@@ -119,8 +123,10 @@ __all__ = [
     "kernel_dtype",
     "kernel_dtypes",
     "module_paths",
+    "native_kernel",
     "new_dimension",
     "onnx_dtype",
+    "run_session",
     "stale_manifest",
     "stored_array",
     "stored_type",

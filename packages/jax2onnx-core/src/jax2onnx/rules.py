@@ -267,6 +267,10 @@ class Rules:
             native_dtypes: the rule runs only when every input has one of
                 these dtypes (what its ONNX op has kernels for, e.g.
                 ``kernel_dtypes("Gelu")``); other inputs inline the fallback.
+                bfloat16 and float16 join whenever float32 is listed: the
+                rule emits its ops in those dtypes (constants too, e.g.
+                ``ctx.const(eps, dtype)``) and the precision step computes
+                them in float32 where ONNX Runtime must.
             fallback: JAX's computation of the primitive,
                 ``fallback(*inputs, **params)``, inlined for inputs outside
                 ``native_dtypes`` and by ``ctx.fallback()``; default: the
@@ -296,6 +300,10 @@ class Rules:
         names = [primitive_name(p) for p in primitives]
         declared = DeclaredCases.of(names[0], cases)
         natives = dtype_set(native_dtypes)
+        if natives is not None:  # bfloat16/float16 compute in float32 where they must
+            from jax2onnx.kernels import with_halves
+
+            natives = with_halves(natives)
 
         def register(fn: LoweringFn) -> LoweringFn:
             for name in names:

@@ -64,6 +64,66 @@ def stored(x: Any) -> np.ndarray:
     return complex_parts(array) if is_complex(array.dtype) else array
 
 
+def run_session(
+    session: Any, feed: Mapping[str, Any], output_names: Sequence[str] | None = None
+) -> list[np.ndarray]:
+    """``session.run`` that also takes and gives bfloat16 arrays.
+
+    ONNX Runtime's Python API has no NumPy type for bfloat16: this feeds
+    ``ml_dtypes.bfloat16`` arrays from their raw bits and reads bfloat16
+    outputs back as ``ml_dtypes.bfloat16`` arrays. Without bfloat16 on either
+    side it is ``session.run(output_names, feed)``.
+
+    Example:
+        ```python
+        import ml_dtypes, numpy as np, onnxruntime as ort
+        from jax2onnx import to_onnx
+        from jax2onnx.plugin import run_session
+
+        x = np.ones((2, 3), ml_dtypes.bfloat16)
+        model = to_onnx(lambda x: x * 2, [x])
+        session = ort.InferenceSession(model.SerializeToString())
+        (y,) = run_session(session, {session.get_inputs()[0].name: x})
+        assert y.dtype == ml_dtypes.bfloat16
+        ```
+    """
+    from jax2onnx.kernels import BFLOAT16
+
+    arrays = {name: np.asarray(value) for name, value in feed.items()}
+    metas = session.get_outputs()
+    names = list(output_names) if output_names is not None else [m.name for m in metas]
+    types = {m.name: m.type for m in metas}
+    half_in = any(a.dtype == BFLOAT16 for a in arrays.values())
+    if not half_in and all(types.get(n) != "tensor(bfloat16)" for n in names):
+        return session.run(names, arrays)
+    import onnxruntime as ort
+
+    values = {}
+    for name, array in arrays.items():
+        array = np.ascontiguousarray(array)
+        if array.dtype == BFLOAT16:
+            values[name] = ort.OrtValue.ortvalue_from_numpy_with_onnx_type(
+                array.view(np.uint16),
+                16,  # TensorProto.BFLOAT16
+            )
+        else:
+            values[name] = ort.OrtValue.ortvalue_from_numpy(array)
+    return [_numpy(v) for v in session.run_with_ort_values(names, values)]
+
+
+def _numpy(value: Any) -> np.ndarray:
+    """An output OrtValue as NumPy; bfloat16 read from its bytes."""
+    if value.data_type() != "tensor(bfloat16)":
+        return value.numpy()
+    import ctypes
+
+    from jax2onnx.kernels import BFLOAT16
+
+    size = value.tensor_size_in_bytes()
+    raw = bytes((ctypes.c_uint8 * size).from_address(value.data_ptr())) if size else b""
+    return np.frombuffer(raw, np.uint16).view(BFLOAT16).reshape(value.shape()).copy()
+
+
 def _key_data_or_array(x: Any) -> np.ndarray:
     from jax2onnx.keys import is_extended
 
@@ -230,7 +290,7 @@ def allclose(
     ort_session = session(onnx_model_path)
     try:
         ort_feed = feed(ort_session, xs, params, inputs_as_nchw)
-        got = ort_session.run(None, ort_feed)
+        got = run_session(ort_session, ort_feed)
     except Exception as err:  # a feed that does not fit the model: a failed check, said why
         return False, f"ONNX Runtime could not run {os.fspath(onnx_model_path)!r}: {err}"
     reference = traced_callable(fn, params)
@@ -309,7 +369,7 @@ def allclose_onnxruntime_web(
     try:
         ort_session = session(onnx_model_path)
         ort_feed = feed(ort_session, xs, params, inputs_as_nchw)
-        expected = ort_session.run(None, ort_feed)
+        expected = run_session(ort_session, ort_feed)
     except Exception as err:  # the model or the feed is at fault: say so, as for the web
         return False, f"ONNX Runtime (CPU) could not run {os.fspath(onnx_model_path)!r}: {err}"
     try:

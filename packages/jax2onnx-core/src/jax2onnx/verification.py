@@ -107,7 +107,7 @@ def verify(
         session = validation.session(path)
         ort_feed = validation.feed(session, xs, params, kwargs.get("inputs_as_nchw"))
         wanted = [o.name for o in session.get_outputs()]
-        got = dict(zip(wanted, session.run(wanted, ort_feed)))
+        got = dict(zip(wanted, validation.run_session(session, ort_feed, wanted)))
     leaves = [*validation._leaves(xs), *(params[k] for k in _param_keys(result, params))]
     with jax.enable_x64(double):
         walk = _Walk(result.jaxpr, recorder, got, producers, rtol, atol, progress)

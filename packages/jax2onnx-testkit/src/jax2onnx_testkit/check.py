@@ -9,11 +9,12 @@ from collections.abc import Sequence
 from typing import Any
 
 import jax
+import ml_dtypes
 import numpy as np
 import onnx
 
 from jax2onnx import to_onnx, traced_callable
-from jax2onnx.plugin import Case, Rules, complex_array, stored_array
+from jax2onnx.plugin import Case, Rules, complex_array, run_session, stored_array
 from jax2onnx_testkit.expect import expect_graph
 
 # (rtol, atol) by dtype name; a case may override any of them.
@@ -36,8 +37,10 @@ class CaseVariant:
         plugin: the plugin (or ``Rules``) name the case comes from.
         component: the primitive (or name) the case is filed under.
         case: the `Case`.
-        precision: ``"f32"`` or ``"f64"`` (traced under x64 with
-            ``enable_double_precision=True``).
+        precision: ``"f32"``, ``"f64"`` (traced under x64 with
+            ``enable_double_precision=True``), or ``"bf16"``/``"f16"`` (float
+            inputs drawn as bfloat16/float16; the model computes as the default
+            export does, see the precision docs).
         dynamic: convert with symbolic dimensions and run at the case's
             dynamic sizes; otherwise at its static sizes.
         extra_rules: ``Rules`` passed to ``to_onnx(extra_rules=...)``.
@@ -48,7 +51,7 @@ class CaseVariant:
     plugin: str
     component: str
     case: Case
-    precision: str  # "f32" or "f64"
+    precision: str  # "f32", "f64", "bf16" or "f16"
     dynamic: bool
     extra_rules: tuple[Rules, ...] = ()
     # False for a case run at another opset than it was written for: its graph
@@ -119,8 +122,16 @@ def _eval_dim(dim: Any, sizes: dict[str, int]) -> int:
     return int(eval(expr, {"__builtins__": {}}))  # digits and operators only
 
 
+_FLOATS = {
+    "f32": np.dtype(np.float32),
+    "f64": np.dtype(np.float64),
+    "bf16": np.dtype(ml_dtypes.bfloat16),
+    "f16": np.dtype(np.float16),
+}
+
+
 def _float(precision: str) -> np.dtype:
-    return np.dtype(np.float64 if precision == "f64" else np.float32)
+    return _FLOATS[precision]
 
 
 def input_dtype(c: Case, i: int, precision: str) -> np.dtype:
@@ -129,8 +140,10 @@ def input_dtype(c: Case, i: int, precision: str) -> np.dtype:
         return _float(precision)
     dtype = np.dtype(dtype)
     if dtype.kind == "c":  # complex cases run at both precisions, like float ones
+        if precision in ("bf16", "f16"):
+            raise ValueError(f"case {c.name!r}: complex inputs have no {precision} variant")
         return np.dtype(np.complex128 if precision == "f64" else np.complex64)
-    if precision == "f32" and dtype.itemsize == 8 and dtype.kind in "fiu":
+    if precision != "f64" and dtype.itemsize == 8 and dtype.kind in "fiu":
         raise ValueError(f"case {c.name!r}: 64-bit input dtype {dtype} needs variants=['f64']")
     return dtype
 
@@ -171,7 +184,10 @@ def _drawn(rng: Any, shape: Any, dtype: np.dtype, bounds: Any) -> np.ndarray:
 
 
 def _at_precision(array: np.ndarray, precision: str) -> np.ndarray:
-    """A case's fixed input at the variant's precision (64-bit floats narrowed for f32)."""
+    """A case's fixed input at the variant's precision (64-bit floats narrowed for f32,
+    float32/float64 ones rounded to bfloat16/float16 for the half variants)."""
+    if precision in ("bf16", "f16"):
+        return array.astype(_float(precision)) if array.dtype.kind == "f" else array
     if precision == "f32":
         narrow = {np.float64: np.float32, np.complex128: np.complex64}.get(array.dtype.type)
         if narrow is not None:
@@ -336,7 +352,7 @@ def check_case(variant: CaseVariant) -> onnx.ModelProto:
         for key, value in params.items():
             meta = next(i for i in session.get_inputs() if i.name == key)
             feed[key] = np.asarray(value, dtype=_ort_numpy(meta.type))
-        got = session.run(None, feed)
+        got = run_session(session, feed)
         expected = _run_jax(reference, args, params, variant.precision)
         compare(c, expected, got, f"{variant.id} at sizes {sizes}")
     if not variant.graph_checks:

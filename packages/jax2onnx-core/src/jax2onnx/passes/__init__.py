@@ -19,7 +19,10 @@ what the lowerings emitted op by op (a layer norm written in ``jnp`` becomes
 ``LayerNormalization``; see :mod:`jax2onnx.passes.fusion`);
 :class:`FuseMatMulAddPass` turns a 2-D ``MatMul + Add`` (a dense layer
 written as ``x @ w + b``, two primitives) into one Gemm. Every pass is
-deterministic, so the same input gives a byte-identical model.
+deterministic, so the same input gives a byte-identical model. Last, the
+precision step (:mod:`jax2onnx.passes.precision`): bfloat16 ops ONNX
+Runtime's CPU provider has no kernel for compute in float32 between Casts,
+and Cast pairs that cancel go.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from jax2onnx.passes.fusion import FusePatternsPass
 from jax2onnx.passes.gemm import FuseMatMulAddPass
 from jax2onnx.passes.identities import EliminateIdentitiesPass
 from jax2onnx.passes.indexing import FoldIndexingPass
+from jax2onnx.passes.precision import FoldCastsPass, WidenHalfPrecisionPass
 from jax2onnx.passes.reshapes import FoldReshapesPass
 from jax2onnx.passes.transposes import FoldTransposesPass
 from jax2onnx.passes.weights import DeduplicateWeightsPass
@@ -37,22 +41,36 @@ from jax2onnx.passes.weights import DeduplicateWeightsPass
 __all__ = [
     "DeduplicateWeightsPass",
     "EliminateIdentitiesPass",
+    "FoldCastsPass",
     "FoldConstantsPass",
     "FoldIndexingPass",
     "FoldReshapesPass",
     "FoldTransposesPass",
     "FuseMatMulAddPass",
     "FusePatternsPass",
+    "WidenHalfPrecisionPass",
     "optimize",
 ]
 
 
-def optimize(model: ir.Model, *, normalization_mode: str = "auto") -> ir.Model:
+def optimize(
+    model: ir.Model, *, normalization_mode: str = "auto", native_half_precision: bool = False
+) -> ir.Model:
     """Run the cleanup passes in place and return the model.
 
-    ``normalization_mode`` is ``to_onnx``'s: ``"force_decomposed"`` keeps
-    normalisations written op by op as they are.
+    ``normalization_mode`` and ``native_half_precision`` are ``to_onnx``'s:
+    ``"force_decomposed"`` keeps normalisations written op by op as they are;
+    ``native_half_precision=True`` skips the precision step.
     """
+    precision = (
+        []
+        if native_half_precision
+        else [
+            WidenHalfPrecisionPass(),
+            FoldCastsPass(),
+            common.RemoveUnusedNodesPass(),
+        ]
+    )
     passes = ir.passes.Sequential(
         EliminateIdentitiesPass(),
         FoldConstantsPass(),
@@ -65,6 +83,7 @@ def optimize(model: ir.Model, *, normalization_mode: str = "auto") -> ir.Model:
         FusePatternsPass(normalization_mode),
         common.RemoveUnusedNodesPass(),
         FuseMatMulAddPass(),
+        *precision,
         DeduplicateWeightsPass(),
         common.RemoveUnusedFunctionsPass(),
         common.RemoveUnusedOpsetsPass(),
