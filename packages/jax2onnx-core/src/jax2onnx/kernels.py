@@ -111,14 +111,14 @@ KERNELS: dict[str, frozenset[np.dtype]] = {
 _HALF_SHARED = {
     "Cast": 6, "Concat": 4, "ConstantOfShape": 9, "Compress": 9, "Flatten": 1,
     "Gather": 1, "GatherElements": 11, "GatherND": 11, "Identity": 1, "If": 1,
-    "IsInf": 20, "LayerNormalization": 1, "Loop": 1, "Pad": 21, "RandomNormalLike": 1,
+    "IsInf": 20, "LayerNormalization": 1, "Loop": 1, "RandomNormalLike": 1,
     "RandomUniformLike": 1, "Reshape": 1, "ReverseSequence": 10, "Scan": 8,
     "ScatterElements": 11, "ScatterND": 11, "Shape": 1, "Shrink": 9, "Sign": 9,
     "Slice": 1, "Split": 2, "Squeeze": 1, "TensorScatter": 24, "Transpose": 1,
     "Unsqueeze": 1, "BitCast": 26,
 }  # fmt: skip
 HALF_KERNELS: dict[np.dtype, dict[str, int]] = {
-    BFLOAT16: {**_HALF_SHARED, "IsNaN": 20},
+    BFLOAT16: {**_HALF_SHARED, "IsNaN": 20, "Pad": 21},
     F16: {
         **_HALF_SHARED, "IsNaN": 9, "Attention": 23, "Clip": 12, "Expand": 8, "Max": 12,
         "Min": 12, "Mod": 10, "RMSNormalization": 23, "RotaryEmbedding": 23, "Round": 11,

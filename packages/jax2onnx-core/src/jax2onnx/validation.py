@@ -205,6 +205,12 @@ def feed(
     return result
 
 
+def _inexact(dtype: np.dtype) -> bool:
+    from jax2onnx.kernels import BFLOAT16
+
+    return np.issubdtype(dtype, np.inexact) or dtype == BFLOAT16
+
+
 def compare(
     expected: Sequence[np.ndarray], got: Sequence[np.ndarray], rtol: float, atol: float, what: str
 ) -> tuple[bool, str]:
@@ -215,13 +221,14 @@ def compare(
         want, have = np.asarray(want), np.asarray(have)
         if want.shape != have.shape:
             return False, f"output {i}: shape {have.shape}, expected {want.shape} ({what})"
-        inexact = np.issubdtype(want.dtype, np.inexact) or np.issubdtype(have.dtype, np.inexact)
+        inexact = any(_inexact(a.dtype) for a in (want, have))
         if not inexact:
             if not np.array_equal(want, have):
                 bad = int(np.count_nonzero(want != have))
                 return False, f"output {i}: {bad} of {want.size} values differ ({what})"
             continue
-        w, h = want.astype(np.complex128 if want.dtype.kind == "c" else np.float64), have
+        wide = np.complex128 if "c" in (want.dtype.kind, have.dtype.kind) else np.float64
+        w, h = want.astype(wide), have.astype(wide)
         if not np.allclose(w, h, rtol=rtol, atol=atol, equal_nan=True):
             diff = np.abs(w - h)
             worst = float(np.nanmax(diff)) if diff.size else 0.0

@@ -7,9 +7,9 @@ gives every such op without a CPU kernel of its own
 kernel registry) float32 operands and Casts its results back to bfloat16.
 XLA's CPU backend computes bfloat16 elementwise math the same way, so
 the numbers are the ones JAX computes on CPU: each op rounds to bfloat16
-once, in the same place. One exception copies XLA too: a result whose only
-uses are the program's own Casts to float32 is not rounded first, because XLA
-drops that rounding when it compiles the program (``jax.jit``).
+once, where the jaxpr says. (Under ``jax.jit`` XLA may skip the rounding of a
+result that is only converted to float32; the model keeps it, as JAX does op
+by op.)
 
 :class:`FoldCastsPass` removes the Cast pairs that cancel: a widening Cast
 followed by the Cast back (bfloat16 -> float32 -> bfloat16), and a rounding
@@ -152,15 +152,12 @@ class WidenHalfPrecisionPass(ir.passes.InPlacePass):
 
 
 def _narrow_result(graph: Any, node: ir.Node, out: ir.Value, wide_name: str) -> None:
-    """``out`` becomes float32; its users read it Cast back to bfloat16 (or, when all
-    of them are Casts to float32, read the float32 value directly, as XLA does)."""
+    """``out`` becomes float32; its users read it Cast back to bfloat16."""
     uses = list(out.uses())
     outputs = [i for i, v in enumerate(graph.outputs) if v is out]
     name = out.name
     out.dtype = _F32
     out.name = wide_name
-    if not outputs and uses and all(_casts_to_f32(use.node) for use in uses):
-        return  # each Cast now takes float32 to float32: FoldCastsPass removes it
     back = ir.Node("", "Cast", [out], attributes=[ir.AttrInt64("to", _BF16)])
     back.metadata_props.update(node.metadata_props)
     graph.insert_after(node, back)
@@ -170,16 +167,6 @@ def _narrow_result(graph: Any, node: ir.Node, out: ir.Value, wide_name: str) -> 
         use.node.replace_input_with(use.idx, narrow)
     for i in outputs:
         graph.outputs[i] = narrow
-
-
-def _casts_to_f32(node: ir.Node) -> bool:
-    attr = node.attributes.get("to")
-    return (
-        node.op_type == "Cast"
-        and node.domain in ("", "ai.onnx")
-        and attr is not None
-        and attr.value == _F32
-    )
 
 
 class FoldCastsPass(ir.passes.InPlacePass):

@@ -1,0 +1,219 @@
+"""The precision step: bfloat16 models run in ONNX Runtime CPU with JAX's numbers."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import ml_dtypes
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from jax import lax
+
+import jax2onnx
+from jax2onnx.kernels import HALF_KERNELS
+from jax2onnx.plugin import native_kernel, run_session
+
+BF16 = np.dtype(ml_dtypes.bfloat16)
+F32 = np.float32
+
+
+def _session(model: onnx.ModelProto) -> ort.InferenceSession:
+    onnx.checker.check_model(model, full_check=True)
+    return ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+
+
+def _run(model: onnx.ModelProto, *args: np.ndarray) -> list[np.ndarray]:
+    session = _session(model)
+    names = [i.name for i in session.get_inputs()]
+    return run_session(session, dict(zip(names, args)))
+
+
+def _x(shape=(4, 8), dtype=F32, seed=0) -> np.ndarray:
+    return np.random.default_rng(seed).standard_normal(shape).astype(dtype)
+
+
+def _bf16_inputs(model: onnx.ModelProto) -> list[str]:
+    """The nodes of every graph that read a bfloat16 value ONNX Runtime has no kernel for."""
+    opset = next(o.version for o in model.opset_import if o.domain in ("", "ai.onnx"))
+    inferred = onnx.shape_inference.infer_shapes(model)
+    types = {v.name: v.type.tensor_type.elem_type for v in inferred.graph.value_info}
+    types.update({v.name: v.type.tensor_type.elem_type for v in inferred.graph.input})
+    types.update({i.name: i.data_type for i in inferred.graph.initializer})
+    bad = []
+    for node in inferred.graph.node:
+        reads = [types.get(name) for name in node.input if name]
+        if onnx.TensorProto.BFLOAT16 in reads and not native_kernel(node.op_type, BF16, opset):
+            bad.append(node.op_type)
+    return bad
+
+
+def test_a_bfloat16_chain_rounds_where_jax_does():
+    def fn(x):
+        y = x.astype(jnp.bfloat16)
+        return jnp.tanh(jnp.exp(y) * y + y).astype(jnp.float32)
+
+    x = _x((256,))
+    model = jax2onnx.to_onnx(fn, [x])
+    assert _bf16_inputs(model) == []
+    (got,) = _run(model, x)
+    want = np.asarray(fn(x))  # op by op: each result rounded to bfloat16
+    # float32 exp/tanh may differ in the last float32 bit, which can flip a rounding
+    assert np.mean(got == want) > 0.97
+    np.testing.assert_allclose(got, want, rtol=2**-7)
+    ops = [n.op_type for n in model.graph.node]
+    # x rounded to bfloat16 and widened; exp, mul, add, tanh each rounded and widened
+    assert ops.count("Cast") == 10
+
+
+def test_native_half_precision_keeps_the_bfloat16_ops():
+    fn = lambda x: jnp.exp(x) * 2  # noqa: E731
+    x = _x(dtype=BF16)
+    native = jax2onnx.to_onnx(fn, [x], native_half_precision=True)
+    assert [n.op_type for n in native.graph.node] == ["Exp", "Mul"]
+    assert _bf16_inputs(native) == ["Exp", "Mul"]
+    with pytest.raises(Exception, match="NOT_IMPLEMENTED|implementation"):
+        _session(native)
+    default = jax2onnx.to_onnx(fn, [x])
+    assert _bf16_inputs(default) == []
+    (got,) = _run(default, x)
+    assert got.dtype == BF16
+    np.testing.assert_array_equal(got.astype(F32), np.asarray(jax.jit(fn)(x)).astype(F32))
+
+
+def test_native_half_precision_must_be_a_bool():
+    with pytest.raises(TypeError, match="native_half_precision must be a bool"):
+        jax2onnx.to_onnx(jnp.exp, [(3,)], native_half_precision="yes")
+
+
+def test_ops_with_bfloat16_kernels_stay_bfloat16():
+    def fn(x, w):
+        y = jnp.transpose(x).reshape(2, -1)  # Transpose, Reshape: ORT has bf16 kernels
+        return jnp.concatenate([y, y], axis=1) @ w
+
+    x, w = _x((4, 8), BF16), _x((32, 3), BF16, seed=1)
+    model = jax2onnx.to_onnx(fn, [x, w])
+    types = {
+        n.op_type: [i.type.tensor_type.elem_type for i in model.graph.input]
+        for n in model.graph.node
+    }
+    assert "Transpose" in types and "Reshape" in types
+    (got,) = _run(model, x, w)
+    want = np.asarray(jax.jit(fn)(x, w))
+    np.testing.assert_allclose(got.astype(F32), want.astype(F32), rtol=1e-2, atol=1e-2)
+
+
+def test_exact_cast_pairs_fold_and_rounding_pairs_stay():
+    def exact(x):  # neg, abs, max of bfloat16 numbers are bfloat16 numbers: one Cast in
+        y = x.astype(jnp.bfloat16)
+        return jnp.exp(jnp.maximum(-y, jnp.abs(y))).astype(jnp.float32)
+
+    model = jax2onnx.to_onnx(exact, [_x((16,))])
+    ops = [n.op_type for n in model.graph.node]
+    # the user's two Casts; one widening for neg, abs, max and exp; exp's rounding
+    assert ops == ["Cast", "Cast", "Neg", "Abs", "Max", "Exp", "Cast", "Cast"]
+    x = _x((16,))
+    (got,) = _run(model, x)
+    np.testing.assert_allclose(got, np.asarray(exact(x)), rtol=2**-7)
+
+    def widen_narrow(x):  # bfloat16 -> float32 -> bfloat16 gives x back
+        return jnp.exp(x.astype(jnp.float32).astype(jnp.bfloat16))
+
+    model = jax2onnx.to_onnx(widen_narrow, [_x(dtype=BF16)])
+    assert [n.op_type for n in model.graph.node] == ["Cast", "Exp", "Cast"]
+
+    def rounds(x):  # float32 -> bfloat16 -> float32 rounds: the pair stays
+        return jnp.exp(x).astype(jnp.bfloat16).astype(jnp.float32) * 3
+
+    model = jax2onnx.to_onnx(rounds, [_x()])
+    assert [n.op_type for n in model.graph.node] == ["Exp", "Cast", "Cast", "Mul"]
+
+
+def test_bfloat16_inside_loop_and_if_bodies():
+    def fn(x):
+        def step(c, _):
+            return jnp.sin(c) * c + 1, None
+
+        c, _ = lax.scan(step, x.astype(jnp.bfloat16), None, length=3)
+        c = lax.cond(c.sum() > 0, jnp.exp, jnp.tanh, c)
+        return c.astype(jnp.float32)
+
+    x = _x((8,))
+    model = jax2onnx.to_onnx(fn, [x])
+    (got,) = _run(model, x)
+    np.testing.assert_allclose(got, np.asarray(jax.jit(fn)(x)), rtol=1e-2, atol=1e-2)
+
+
+def test_bfloat16_inside_an_onnx_function():
+    @jax2onnx.onnx_function
+    def block(x):
+        return jax.nn.gelu(x) * x
+
+    x = _x((3, 5), BF16)
+    model = jax2onnx.to_onnx(lambda x: block(block(x)), [x])
+    assert model.functions
+    (got,) = _run(model, x)
+    want = np.asarray(jax.jit(lambda x: block(block(x)))(x))
+    np.testing.assert_allclose(got.astype(F32), want.astype(F32), rtol=2e-2, atol=1e-2)
+
+
+def test_bfloat16_graph_outputs_keep_their_names_and_dtype():
+    x = _x(dtype=BF16)
+    model = jax2onnx.to_onnx(
+        lambda x: (jnp.exp(x), jnp.sin(x).astype(jnp.float32)),
+        [x],
+        input_names=["x"],
+        output_names=["e", "s"],
+    )
+    assert [o.name for o in model.graph.output] == ["e", "s"]
+    e, s = _run(model, x)
+    assert e.dtype == BF16 and s.dtype == np.float32
+
+
+def test_allclose_and_verify_take_bfloat16_inputs(tmp_path):
+    fn = lambda x: jax.nn.softmax(x) * 2  # noqa: E731
+    x = _x(dtype=BF16)
+    path = jax2onnx.to_onnx(fn, [x], return_mode="file", output_path=tmp_path / "m.onnx")
+    ok, message = jax2onnx.allclose(fn, path, [x], rtol=2e-2, atol=1e-2)
+    assert ok, message
+    report = jax2onnx.verify(fn, [x])
+    assert report.ok, report.summary()
+
+
+def test_float16_stays_native_for_onnx_runtime_to_widen():
+    fn = lambda x: jax.nn.gelu(x, approximate=False)  # noqa: E731
+    x = _x(dtype=np.float16)
+    model = jax2onnx.to_onnx(fn, [x])
+    assert [n.op_type for n in model.graph.node] == ["Gelu"]
+    (got,) = _run(model, x)
+    np.testing.assert_allclose(got, np.asarray(fn(x)), rtol=1e-2, atol=1e-3)
+
+
+def _registry() -> dict:
+    from onnxruntime.capi import _pybind_state
+
+    found: dict = {}
+    for d in _pybind_state.get_all_opkernel_def():
+        if d.provider != "CPUExecutionProvider" or d.domain not in ("", "ai.onnx"):
+            continue
+        for name, dtype in (("tensor(bfloat16)", BF16), ("tensor(float16)", np.dtype(np.float16))):
+            if any(name in types for types in d.type_constraints.values()):
+                first = found.setdefault(dtype, {}).get(d.op_name, 10**6)
+                found[dtype][d.op_name] = min(first, d.version_range[0])
+    return found
+
+
+@pytest.mark.parametrize("dtype", [BF16, np.dtype(np.float16)], ids=["bfloat16", "float16"])
+def test_the_half_precision_table_is_onnx_runtimes(dtype):
+    """Every op in the table has the kernel from that opset on; ops the converter emits
+    that are missing from the table have none (opsets 17-26)."""
+    registry = _registry()[dtype]
+    table = HALF_KERNELS[dtype]
+    for op, first in table.items():
+        assert op in registry and registry[op] <= first, op
+    emitted = ["Add", "Mul", "Exp", "MatMul", "Gemm", "Where", "Softmax", "Gelu", "Sqrt", "Erf"]
+    emitted += ["ReduceSum", "ReduceMax", "Conv", "Tanh", "Sigmoid", "Neg", "Expand", "Clip"]
+    for op in emitted:
+        if op not in table:
+            assert registry.get(op, 10**6) > 26, f"ONNX Runtime now has {op} for {dtype}"
