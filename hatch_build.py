@@ -29,6 +29,8 @@ THIRD_PARTY = {
         "pytest-xdist>=3.5",
         "hypothesis>=6.100",
         "hatchling>=1.21",
+        # tests/test_keras_mixed_precision.py: Keras 3 exports through jax2onnx (JAX backend)
+        "keras>=3.8,<4",
     ],
     "docs": ["mkdocs>=1.6,<2", "mkdocs-material>=9.5,<10", "mkdocstrings[python]>=0.26,<2"],
 }

@@ -160,6 +160,22 @@ def test_convert_a_dotted_module_with_dtypes_and_nested_attribute(
     assert "in_0: float32[3, 30]" in out
 
 
+def test_convert_bfloat16_inputs_with_and_without_native_half_precision(
+    capsys, model_file, tmp_path, monkeypatch
+):
+    monkeypatch.syspath_prepend(str(model_file.parent))
+    ops = {}
+    for flags in ((), ("--native-half-precision",)):
+        out_path = tmp_path / f"add{len(flags)}.onnx"
+        args = ("cli_models:add", "-i", "N", "-i", "N", "--dtype", "bfloat16", *flags)
+        code, out, err = _convert(capsys, *args, "-o", out_path)
+        assert code == 0, err
+        assert "in_0: bfloat16[N]" in out
+        ops[flags] = [n.op_type for n in onnx.load(out_path).graph.node]
+    assert ops[()] == ["Cast", "Cast", "Add", "Cast"]  # float32 inside: ORT CPU has no bf16 Add
+    assert ops[("--native-half-precision",)] == ["Add"]
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [

@@ -181,13 +181,25 @@ def test_allclose_and_verify_take_bfloat16_inputs(tmp_path):
     assert report.ok, report.summary()
 
 
-def test_float16_stays_native_for_onnx_runtime_to_widen():
-    fn = lambda x: jax.nn.gelu(x, approximate=False)  # noqa: E731
-    x = _x(dtype=np.float16)
-    model = jax2onnx.to_onnx(fn, [x])
-    assert [n.op_type for n in model.graph.node] == ["Gelu"]
-    (got,) = _run(model, x)
-    np.testing.assert_allclose(got, np.asarray(fn(x)), rtol=1e-2, atol=1e-3)
+def test_float16_rounds_between_ops_as_jax_does():
+    """ORT would widen float16 itself, without rounding between ops: the step rounds."""
+    fn = jax.grad(lambda x: jnp.clip(x + 1, 0, 2).sum())
+    x = np.array([-1.5, 0.3, 0.7], np.float16)  # clip's gradient compares the rounded x + 1
+    (got,) = _run(jax2onnx.to_onnx(fn, [x]), x)
+    np.testing.assert_array_equal(got, np.asarray(fn(x)))
+    g = lambda x: jnp.tanh(jnp.exp(x) * x + x)  # noqa: E731
+    xs = _x((512,), np.float16)
+    model = jax2onnx.to_onnx(g, [xs])
+    (got,) = _run(model, xs)
+    assert np.mean(got == np.asarray(g(xs))) > 0.99
+    native = jax2onnx.to_onnx(g, [xs], native_half_precision=True)
+    assert [n.op_type for n in native.graph.node] == ["Exp", "Mul", "Add", "Tanh"]
+
+
+def test_native_mode_widens_ops_the_onnx_schema_lacks_the_half_type_for():
+    fn = lambda x: jax.nn.celu(x)  # noqa: E731  ONNX Celu: float32 only
+    model = jax2onnx.to_onnx(fn, [_x(dtype=np.float16)], native_half_precision=True)
+    onnx.checker.check_model(model, full_check=True)
 
 
 def _registry() -> dict:
@@ -217,3 +229,53 @@ def test_the_half_precision_table_is_onnx_runtimes(dtype):
     for op in emitted:
         if op not in table:
             assert registry.get(op, 10**6) > 26, f"ONNX Runtime now has {op} for {dtype}"
+
+
+def test_an_untyped_result_of_a_widened_op_is_cast_back():
+    """A rule may leave an output untyped: the schema says it has its inputs' type."""
+    from jax2onnx._ir import ir
+    from jax2onnx.passes import FoldCastsPass, WidenHalfPrecisionPass
+
+    x = ir.Value(name="x", shape=ir.Shape([3]), type=ir.TensorType(ir.DataType.BFLOAT16))
+    exp = ir.Node("", "Exp", [x], num_outputs=1)
+    exp.outputs[0].name = "e"  # no dtype
+    flip = ir.Node("", "Neg", [exp.outputs[0]], num_outputs=1)
+    y = flip.outputs[0]
+    y.name, y.dtype, y.shape = "y", ir.DataType.BFLOAT16, ir.Shape([3])
+    graph = ir.Graph([x], [y], nodes=[exp, flip], opset_imports={"": 23}, name="g")
+    model = ir.Model(graph, ir_version=10)
+    WidenHalfPrecisionPass()(model)
+    FoldCastsPass()(model)
+    proto = ir.serde.serialize_model(model)
+    ops = [n.op_type for n in proto.graph.node]
+    assert ops == ["Cast", "Exp", "Cast", "Cast", "Neg", "Cast"], ops
+    xb = np.array([0.5, -1.0, 2.0], BF16)
+    (got,) = _run(proto, xb)
+    want = -np.exp(xb.astype(F32)).astype(BF16)
+    np.testing.assert_array_equal(got.astype(F32), want.astype(F32))
+
+
+def test_native_half_precision_widens_only_what_onnx_has_no_bfloat16_for():
+    x = _x((4, 5), BF16)
+    fn = lambda x: jnp.einsum("ij,kj->ik", jnp.exp(x), x)  # noqa: E731
+    model = jax2onnx.to_onnx(fn, [x], native_half_precision=True)
+    onnx.checker.check_model(model, full_check=True)  # valid ONNX, whatever the runtime
+    bf16_ops = [n.op_type for n in model.graph.node if n.op_type != "Cast"]
+    assert "Exp" in bf16_ops
+    topk = lambda x: lax.top_k(x, 2)[0]  # noqa: E731
+    model = jax2onnx.to_onnx(topk, [x], native_half_precision=True, opset=23)
+    onnx.checker.check_model(model, full_check=True)
+
+
+@pytest.mark.parametrize("dtype", [BF16, np.dtype(np.float16)], ids=["bfloat16", "float16"])
+def test_a_kernel_that_refuses_an_attribute_is_widened(dtype):
+    """ORT registers half-precision ScatterND but refuses a reduction on it at run time."""
+    assert native_kernel("ScatterND", dtype) and native_kernel(
+        "ScatterND", dtype, attributes={"reduction": "none"}
+    )
+    assert not native_kernel("ScatterND", dtype, attributes={"reduction": "add"})
+    x, u = np.ones((5, 3), dtype), np.full((4, 3), 0.5, dtype)
+    rows = np.array([0, 1, 1, 4], np.int32)
+    fn = lambda x, i, u: jnp.asarray(x).at[i].add(u)  # noqa: E731
+    (got,) = _run(jax2onnx.to_onnx(fn, [x, rows, u]), x, rows, u)
+    np.testing.assert_array_equal(got.astype(F32), np.asarray(fn(x, rows, u)).astype(F32))

@@ -230,15 +230,14 @@ def to_onnx(
             path, the ``@onnx_function`` name, ``jax.named_scope`` names),
             which also prefixes the node's name. ``False`` writes none of it,
             for the smallest file.
-        native_half_precision: ``False`` (default): a bfloat16 op that ONNX
-            Runtime's CPU provider has no kernel for (most of them: ``Exp``,
-            ``MatMul``, ``Add`` ...) computes in float32 between Casts,
-            rounding back to bfloat16 where JAX does, so the model runs
-            everywhere. ``True`` keeps every bfloat16 op, for runtimes with
-            bfloat16 kernels (TensorRT, ONNX Runtime CUDA and DirectML,
-            onnxruntime-web WebGPU); ONNX Runtime CPU then refuses to load
-            most such models. float16 ops are kept either way (ONNX Runtime
-            computes those it lacks in float32 itself). See the precision
+        native_half_precision: ``False`` (default): a bfloat16 or float16 op
+            that ONNX Runtime's CPU provider has no kernel for (most of them:
+            ``Exp``, ``MatMul``, ``Add`` ...) computes in float32 between
+            Casts, rounding back where JAX does, so the model runs everywhere
+            with JAX's numbers. ``True`` keeps every half-precision op the ONNX
+            schema allows, for runtimes with those kernels (TensorRT, ONNX
+            Runtime CUDA and DirectML, onnxruntime-web WebGPU); ONNX Runtime
+            CPU then refuses to load most bfloat16 models. See the precision
             page of the docs.
 
     Returns:

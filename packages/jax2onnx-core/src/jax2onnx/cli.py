@@ -100,6 +100,7 @@ def parse_param(text: str) -> tuple[str, Any]:
 
 def parse_dtypes(names: Sequence[str] | None, count: int) -> list[Any]:
     """One dtype per input: none given -> float32; one -> for every input; else one each."""
+    import ml_dtypes  # noqa: F401  (names "bfloat16" for NumPy)
     import numpy as np
 
     names = list(names or [])
@@ -334,6 +335,7 @@ def cmd_convert(args: argparse.Namespace, out: TextIO) -> int:
             enable_double_precision=args.double,
             return_mode="file",
             output_path=args.output,
+            native_half_precision=args.native_half_precision,
         )
 
     import onnx
@@ -457,6 +459,12 @@ def build_parser(plugin_set: Any = None) -> argparse.ArgumentParser:
     _target_options(convert)
     convert.add_argument("--model-name", default="jax_model", help="the ONNX graph's name")
     convert.add_argument("-o", "--output", required=True, help="the .onnx file to write")
+    convert.add_argument(
+        "--native-half-precision",
+        action="store_true",
+        help="keep bfloat16/float16 ops for GPU runtimes "
+        "(default: float32 where ONNX Runtime CPU has no kernel)",
+    )
     convert.set_defaults(run=cmd_convert)
 
     verify = commands.add_parser(

@@ -16,10 +16,9 @@ float16 kernels for a few ops only (``HALF_KERNELS``, read from its kernel
 registry). Rules still emit bfloat16 and float16 ops wherever a float32 kernel
 exists (:func:`has_kernel` says so), which keeps the graph native for runtimes
 that have the kernels; after the lowering, the precision step
-(:mod:`jax2onnx.passes.precision`) computes each bfloat16 op without a CPU
-kernel in float32 between Casts, and ONNX Runtime does the same for float16
-by itself (its ``InsertCastTransformer``). :func:`native_kernel` is the exact
-table that step reads.
+(:mod:`jax2onnx.passes.precision`) computes each half-precision op without a
+CPU kernel in float32 between Casts. :func:`native_kernel` is the exact table
+that step reads.
 """
 
 from __future__ import annotations
@@ -125,6 +124,9 @@ HALF_KERNELS: dict[np.dtype, dict[str, int]] = {
     },
 }  # fmt: skip
 HALF = frozenset(HALF_KERNELS)
+# half-precision kernels that exist for one attribute value only: ONNX Runtime registers
+# ScatterND/ScatterElements for bfloat16 and float16 but refuses a reduction on them
+_HALF_ONLY_WITH = {"ScatterND": ("reduction", "none"), "ScatterElements": ("reduction", "none")}
 DEFAULT_OPSET = 23
 
 # Exact stand-ins: integers widen by value (uint64 -> int64 keeps the bits, all
@@ -138,17 +140,23 @@ _WIDER = {
 }
 
 
-def native_kernel(op_type: str, dtype: Any, opset: int | None = None) -> bool:
+def native_kernel(
+    op_type: str, dtype: Any, opset: int | None = None, attributes: Any = None
+) -> bool:
     """Whether ONNX Runtime's CPU provider has a kernel of its own for ``op_type`` on ``dtype``.
 
     The exact table: False for a bfloat16 or float16 op that runs only because
-    something computes it in float32 (the precision step, or ONNX Runtime's own
-    float16 casts). ``opset`` is the model's (default 23).
+    the precision step computes it in float32. ``opset`` is the model's (default 23); ``attributes``
+    (a mapping of the node's attribute values) matter for a few ops
+    (``ScatterND`` with a ``reduction`` has no half-precision kernel).
     """
     dtype = np.dtype(dtype)
     half = HALF_KERNELS.get(dtype)
     if half is not None:
         first = half.get(op_type)
+        only = _HALF_ONLY_WITH.get(op_type)
+        if only is not None and (attributes or {}).get(only[0], only[1]) != only[1]:
+            return False
         return first is not None and (opset or DEFAULT_OPSET) >= first
     known = KERNELS.get(op_type)
     return known is None or dtype in known
@@ -162,10 +170,10 @@ def has_kernel(op_type: str, dtype: Any) -> bool:
         dtype: a NumPy or JAX dtype.
 
     Returns:
-        For bfloat16 and float16: whether the op has a float32 kernel (ONNX
-        Runtime computes float16 in float32 itself; the precision step does it
-        for bfloat16, unless ``native_half_precision=True`` keeps the op for a
-        runtime with half-precision kernels). Otherwise: False for the gaps
+        For bfloat16 and float16: whether the op has a float32 kernel (the
+        precision step computes it in float32, unless
+        ``native_half_precision=True`` keeps the op for a runtime with
+        half-precision kernels). Otherwise: False for the gaps
         ``KERNELS`` lists, True for everything else.
     """
     dtype = np.dtype(dtype)

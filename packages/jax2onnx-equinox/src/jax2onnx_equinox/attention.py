@@ -155,7 +155,7 @@ def _mha_binder(original):
         projs = [getattr(self, name) for name in _PROJ]
         arrays = [x for p in projs for x in (p.weight, p.bias) if x is not None]
         dtype = np.dtype(jnp.result_type(q, k, v, *arrays))
-        if dtype not in FLOATS:
+        if not jnp.issubdtype(dtype, jnp.floating):
             return original(self, *args, **kwargs)
 
         def weights():
@@ -249,7 +249,7 @@ def multihead_attention(ctx, q, k, v, *extra, num_heads, has_mask, biases):
     q3, k3, v3, mask4, (wo, bo) = _projections(ctx, q, k, v, extra, g, has_mask, biases)
     additive = None
     if mask4 is not None:
-        big = np.asarray(-0.7 * float(np.finfo(g.dtype).max), g.dtype)
+        big = np.asarray(-0.7 * float(jnp.finfo(g.dtype).max), g.dtype)
         additive = ctx.op.Where(mask4, np.zeros((), g.dtype), big)
     y3 = ctx.op.Attention(
         q3, k3, v3, additive, q_num_heads=g.heads, kv_num_heads=g.heads, scale=1.0
@@ -270,7 +270,7 @@ def multihead_attention_decomposed(ctx, q, k, v, *extra, num_heads, has_mask, bi
         heads(q3, g.t_len, g.qk, [0, 2, 1, 3]), heads(k3, g.s_len, g.qk, [0, 2, 3, 1])
     )
     if mask4 is not None:
-        logits = ctx.op.Where(mask4, logits, np.asarray(np.finfo(g.dtype).min, g.dtype))
+        logits = ctx.op.Where(mask4, logits, np.asarray(jnp.finfo(g.dtype).min, g.dtype))
     probs = ctx.op.Softmax(logits, axis=-1)
     y = ctx.op.MatMul(probs, heads(v3, g.s_len, g.vo, [0, 2, 1, 3]))
     y3 = ctx.op.Reshape(ctx.op.Transpose(y, perm=[0, 2, 1, 3]), ctx.i64([0, 0, -1]))
@@ -467,7 +467,18 @@ family.add_cases(
                 "eqx_mha",
                 _self_attention(),
                 [("B", T, D)],
-                dict(expect=[f"{_ATTENTION}:Bx{T}x{D}"], counts={"Attention": 1, **_CLEAN}),
+                dict(
+                    expect=[f"{_ATTENTION}:Bx{T}x{D}"],
+                    counts={"Attention": 1, **_CLEAN},
+                    variants=["f32", "f64", "bf16", "f16"],  # half inputs promote to float32
+                ),
+            ),
+            (
+                # bfloat16 weights and inputs: Equinox computes in bfloat16
+                "eqx_mha_bfloat16_causal",
+                _self_attention(_CAUSAL, dtype=jnp.bfloat16),
+                [("B", T, D)],
+                dict(counts={"Attention": 1, **_CLEAN}, variants=["bf16"]),
             ),
             (
                 "eqx_mha_causal_biases_dropout",

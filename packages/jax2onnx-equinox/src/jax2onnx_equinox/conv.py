@@ -394,7 +394,7 @@ family.add_cases(
             factory=True,
             expect=["Conv:Bx4x8x8"],
             counts={"Conv": 1, "Add": 0, **NO_LAYOUT_OPS},
-            variants=F32_ONLY,
+            variants=["f32", "bf16", "f16"],  # the weights in the input's dtype
         ),
         case(
             "conv2d_reflect_f64",

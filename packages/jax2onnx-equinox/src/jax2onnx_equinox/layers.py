@@ -197,7 +197,7 @@ def _prelu_cases():
             "eqx_prelu",
             _prelu(),
             [("B", 6)],
-            {"expect": ["PRelu:Bx6"], "counts": {"Where": 0}, "variants": ["f32"]},
+            {"expect": ["PRelu:Bx6"], "counts": {"Where": 0}, "variants": ["f32", "bf16"]},
         ),
         ("eqx_prelu_f64", _prelu(), [("B", 6)], {"counts": {"PRelu": 0}, "variants": ["f64"]}),
         (

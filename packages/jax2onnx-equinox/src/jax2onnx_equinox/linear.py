@@ -142,6 +142,7 @@ family.add_cases(
             factory=True,
             expect=["MatMul -> Add:Bx3x5"],
             counts={"Reshape": 0, "Gemm": 0, "Transpose": 0},
+            variants=["f32", "f64", "bf16", "f16"],  # half inputs promote to float32
         ),
         case(
             "linear_no_bias",

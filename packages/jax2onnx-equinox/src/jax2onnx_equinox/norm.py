@@ -376,9 +376,10 @@ def batch_norm(ctx, x, mean, var, *rest, axis, eps, has_affine):
     inline Equinox's arithmetic.
     """
     out = _float_out(ctx)
-    framed = None if out is None else _channels_first(ctx, x, axis)
+    # a narrower input (bfloat16 with float32 statistics) promotes exactly, as in Equinox
+    framed = None if out is None else _channels_first(ctx, ctx.cast(x, out), axis)
     operands = None if framed is None else _bn_operands(ctx, mean, var, rest, eps, has_affine, out)
-    if operands is None or np.dtype(ctx.avals_in[0].dtype) != out:
+    if operands is None:
         return ctx.fallback()
     x, restore = framed
     return restore(ctx.op.BatchNormalization(x, *operands, epsilon=eps))

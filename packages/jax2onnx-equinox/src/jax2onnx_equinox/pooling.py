@@ -236,7 +236,13 @@ family.add_cases(
             factory=True,
             expect=["Unsqueeze -> MaxPool"],
         ),
-        case("max_pool1d_nan_inf", _layer("MaxPool1d", 2, padding=1), [_EDGES], factory=True),
+        case(
+            "max_pool1d_nan_inf",
+            _layer("MaxPool1d", 2, padding=1),
+            [_EDGES],
+            factory=True,
+            variants=["f32", "f64", "bf16", "f16"],
+        ),
         case(
             "max_pool2d_ceil",
             _layer("MaxPool2d", 2, stride=2, use_ceil=True),
@@ -299,7 +305,7 @@ family.add_cases(
             factory=True,
             expect=["AveragePool:Bx3x6x5"],
             counts={"AveragePool": 1, "Div": 0, "Transpose": 0, "Reshape": 0},
-            variants=F32_ONLY,
+            variants=["f32", "bf16", "f16"],
         ),
         case(
             "avg_pool2d_padded_f64",

@@ -50,7 +50,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jax2onnx.plugin import Family, Jax2OnnxError, at_conversion, call_arguments, is_symbolic
-from jax2onnx_flax._util import F32, F64, hashable_precision
+from jax2onnx_flax._util import F32, hashable_precision
 
 family = Family("flax")
 register = family.register
@@ -257,8 +257,10 @@ def _core(ctx, q3, k3, v3, bias4, mask4, g: _Geometry, is_causal, *, flax_softma
         tril = _causal(g)
         mask4 = ctx.const(tril[None, None]) if mask4 is None else ctx.op.And(mask4, tril)
     # JAX's fill, capped to float32 range since JAX's softmax runs in float32
-    big = -0.7 * float(np.finfo(dtype if flax_softmax else F32).max)
-    native = ctx.opset >= 23 and (flax_softmax or dtype == F32)
+    big = -0.7 * float(jnp.finfo(dtype if flax_softmax or dtype.itemsize <= 4 else F32).max)
+    # JAX's softmax (and bfloat16/float16 logits) run in float32: Attention in float32,
+    # or widened to it, computes them so; float64 is decomposed
+    native = ctx.opset >= 23 and (flax_softmax or dtype.itemsize <= 4)
     emit = _attention_op if native else _decomposed
     causal = is_causal and not fold_causal
     return emit(ctx, q3, k3, v3, bias4, mask4, g, causal, flax_softmax, dtype, big)
@@ -298,13 +300,13 @@ def _decomposed(ctx, q3, k3, v3, bias4, mask4, g, is_causal, flax_softmax, dtype
             raise ctx.error("is_causal below opset 23 needs static sequence lengths")
         keep = _causal(g) if keep is None else ctx.op.And(keep, _causal(g))
     if keep is not None:
-        fill = np.finfo(dtype).min if flax_softmax else big
+        fill = jnp.finfo(dtype).min if flax_softmax else big
         keep = ctx.const(keep) if isinstance(keep, np.ndarray) else keep
         logits = ctx.op.Where(keep, logits, np.asarray(fill, dtype))
     if flax_softmax or dtype == F32:
         probs = ctx.op.Softmax(logits, axis=-1)
     else:  # JAX's softmax runs in float32
-        probs = ctx.op.Cast(ctx.op.Softmax(ctx.op.Cast(logits, to=1), axis=-1), to=11)
+        probs = ctx.cast(ctx.op.Softmax(ctx.cast(logits, F32), axis=-1), dtype)
     probs = ctx.op.Reshape(probs, ctx.shape([0, g.kv_heads, rep, g.t_len, g.s_len]))
     v = ctx.op.Reshape(v3, ctx.shape([0, g.s_len, g.kv_heads, 1, g.v_head]))
     v = ctx.op.Transpose(v, perm=[0, 2, 3, 1, 4])
@@ -416,7 +418,8 @@ def _mha_binder(original):
         arrays = _mha_arrays(self)
         dtype = self.dtype or jnp.result_type(xq, xk, xv, *(x for x in arrays if x is not None))
         dtype = np.dtype(dtype)
-        if dtype not in (F32, F64) or len({np.dtype(jnp.result_type(x)) for x in (xq, xk, xv)}) > 1:
+        floating = jnp.issubdtype(dtype, jnp.floating)
+        if not floating or len({np.dtype(jnp.result_type(x)) for x in (xq, xk, xv)}) > 1:
             return fallback()
         cast = lambda x: jnp.asarray(x, dtype)  # noqa: E731
         operands = [cast(xq), cast(xk), cast(xv)]

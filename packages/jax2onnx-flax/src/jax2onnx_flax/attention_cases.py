@@ -70,6 +70,21 @@ family.add_cases(
             counts={"Attention": 1, "Transpose": 0, "Softmax": 0},
         ),
         _dpa(
+            # flax's weights in float16: the finfo(float16).min fill
+            "nnx_dpa_dropout_mask_f16",
+            _BTNH,
+            mask=_MASK_ROW,
+            expect=["Attention"],
+            counts={"Attention": 1, "Softmax": 0},
+            variants=["f16"],
+        ),
+        _dpa(
+            "nnx_dpa_dropout_mask_bf16",
+            _BTNH,
+            mask=_MASK_ROW,
+            variants=["bf16"],
+        ),
+        _dpa(
             "nnx_dpa_dropout_bias_causal_gqa",
             [*_GQA, (1, 4, 5, 6)],
             options=_CAUSAL,
@@ -141,7 +156,22 @@ _ROW_MASK = _MASK_ROW[:, :5][None, None]
 family.add_cases(
     mha_p,
     lambda: [
-        _mha("mha_self", _X, expect=[_MHA_GRAPH], counts={**_ONE, "Reshape": 0}),
+        _mha(
+            "mha_self",
+            _X,
+            expect=[_MHA_GRAPH],
+            counts={**_ONE, "Reshape": 0},
+            variants=["f32", "bf16", "f16"],  # half inputs promote to the float32 kernels
+        ),
+        _mha(
+            # computes in bfloat16 (dtype) with float32 parameters (param_dtype)
+            "mha_dtype_bfloat16",
+            _X,
+            options=dict(dtype=jnp.bfloat16),
+            expect=["Attention"],
+            counts={"Softmax": 0},
+            variants=["bf16"],
+        ),
         _mha(
             "mha_self_f64",
             _X,

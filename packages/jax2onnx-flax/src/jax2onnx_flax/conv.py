@@ -200,7 +200,16 @@ family.add_cases(
             factory=True,
             expect=["Transpose -> Conv -> Transpose:Bx8x8x4"],
             counts={**TRANSPOSE_IN_AND_OUT, "Add": 0, "Pad": 0},
-            variants=F32_ONLY,
+            variants=["f32", "bf16", "f16"],  # half inputs promote to the float32 kernel
+        ),
+        case(
+            # computes in bfloat16 (dtype) with float32 parameters (param_dtype)
+            "conv_2d_dtype_bfloat16",
+            _conv_model(3, 4, (3, 3), dtype=jnp.bfloat16),
+            [("B", 8, 8, 3)],
+            factory=True,
+            expect=["Conv -> Cast -> Transpose:Bx8x8x4"],
+            variants=["bf16"],
         ),
         case(
             "conv_2d_same_f64",

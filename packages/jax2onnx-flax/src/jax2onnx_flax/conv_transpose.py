@@ -148,7 +148,15 @@ family.add_cases(
             factory=True,
             expect=["Transpose -> ConvTranspose -> Transpose:Bx10x10x4"],
             counts={**TRANSPOSE_IN_AND_OUT, "Add": 0, "Conv": 0},
-            variants=F32_ONLY,
+            variants=["f32", "bf16"],  # bfloat16 inputs promote to the float32 kernel
+        ),
+        case(
+            "conv_transpose_dtype_bfloat16",
+            _conv_t_model(3, 4, (3, 3), strides=2, dtype=jnp.bfloat16),
+            [("B", 5, 5, 3)],
+            factory=True,
+            expect=["ConvTranspose -> Cast -> Transpose:Bx10x10x4"],
+            variants=["bf16"],
         ),
         case(
             "conv_transpose_same_f64",

@@ -103,6 +103,20 @@ family.add_cases(
             factory=True,
             expect=["Einsum -> Add:Bx5x8x4"],
             counts={"Reshape": 0, "Transpose": 0},
+            variants=["f32", "f64", "bf16", "f16"],  # half inputs promote to float32
+        ),
+        case(
+            # computes in bfloat16 (dtype) with float32 parameters (param_dtype)
+            "einsum_dtype_bfloat16",
+            module_factory(
+                lambda nnx: nnx.Einsum(
+                    "nta,hab->nthb", (8, 2, 4), (8, 4), dtype=jnp.bfloat16, rngs=nnx.Rngs(0)
+                )
+            ),
+            [("B", 5, 2)],
+            factory=True,
+            variants=["bf16"],
+            expect=["Einsum -> Cast -> Cast -> Add:Bx5x8x4"],
         ),
         case(
             "einsum_matmul",

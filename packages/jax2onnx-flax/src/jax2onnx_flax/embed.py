@@ -108,6 +108,17 @@ family.add_cases(
             expect=["Gather -> Where:Bx3x4"],
         ),
         case(
+            # a bfloat16 lookup (dtype) of the float32 table (param_dtype)
+            "embed_dtype_bfloat16",
+            module_factory(lambda nnx: nnx.Embed(6, 4, dtype=jnp.bfloat16, rngs=nnx.Rngs(0))),
+            [("B", 3)],
+            dtypes=_I32,
+            input_range=(0, 6),
+            factory=True,
+            variants=["bf16"],
+            expect=["Gather -> Cast -> Where"],  # ONNX Runtime has no bfloat16 Where
+        ),
+        case(
             "embed_out_of_range",
             module_factory(_embed_model),
             [_EDGE_INDICES],
@@ -183,6 +194,7 @@ family.add_cases(
             factory=True,
             expect=["Gemm:Bx6"],
             counts={"Transpose": 0, "MatMul": 0},
+            variants=["f32", "f64", "bf16"],  # a bfloat16 query promotes to the float32 table
         ),
         case(
             "attend_3d",

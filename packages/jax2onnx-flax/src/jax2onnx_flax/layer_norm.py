@@ -159,6 +159,20 @@ def _layer_norm_cases():
         ("layer_norm", norm_module("LayerNorm", 6), [("B", 6)], {"expect": [f"{_LN}:Bx6"]}),
         ("layer_norm_3d", norm_module("LayerNorm", 4), [("B", 3, 4)], {"expect": [f"{_LN}:Bx3x4"]}),
         (
+            # half inputs promote to the float32 parameters
+            "layer_norm_half_inputs",
+            norm_module("LayerNorm", 8),
+            [("B", 3, 8)],
+            {"variants": ["bf16", "f16"], "expect": [f"Cast -> {_LN}:Bx3x8"]},
+        ),
+        (
+            # computes in bfloat16 (dtype), statistics in float32 as Flax reduces
+            "layer_norm_dtype_bfloat16",
+            norm_module("LayerNorm", 8, dtype=jnp.bfloat16),
+            [("B", 3, 8)],
+            {"variants": ["f32", "bf16"], "expect": [f"{_LN}:Bx3x8"]},
+        ),
+        (
             "layer_norm_two_axes",
             norm_module("LayerNorm", 12, reduction_axes=(1, 2), feature_axes=(1, 2)),
             [("B", 3, 4)],
@@ -234,6 +248,18 @@ def _rms_norm_cases():
     return [
         ("rms_norm", norm_module("RMSNorm", 6), [("B", 6)], {"expect": [f"{_RMS}:Bx6"]}),
         ("rms_norm_3d", norm_module("RMSNorm", 4), [("B", 3, 4)], {"expect": [f"{_RMS}:Bx3x4"]}),
+        (
+            "rms_norm_half_inputs",
+            norm_module("RMSNorm", 8),
+            [("B", 3, 8)],
+            {"variants": ["bf16", "f16"], "expect": [f"Cast -> {_RMS}:Bx3x8"]},
+        ),
+        (
+            "rms_norm_dtype_bfloat16",
+            norm_module("RMSNorm", 8, dtype=jnp.bfloat16),
+            [("B", 3, 8)],
+            {"variants": ["f32", "bf16"], "expect": [_RMS]},
+        ),
         (
             "rms_norm_plain",
             norm_module("RMSNorm", 6, use_scale=False),

@@ -90,6 +90,7 @@ family.add_cases(
             _LINEAR,
             [("B", 4)],
             factory=True,
+            variants=["f32", "f64", "bf16", "f16"],  # half inputs promote to the float32 kernel
             expect=["Gemm:Bx5"],
             counts={"MatMul": 0},
         ),
@@ -128,6 +129,17 @@ family.add_cases(
             variants=["f32"],
             expect=["Cast -> Gemm:Bx5"],
             counts={"Cast": 2},
+        ),
+        case(
+            # computes in bfloat16 (dtype) with float32 parameters (param_dtype)
+            "linear_dtype_bfloat16",
+            module_factory(lambda nnx: nnx.Linear(4, 5, dtype=jnp.bfloat16, rngs=nnx.Rngs(0))),
+            [("B", 3, 4)],
+            factory=True,
+            variants=["f32", "bf16"],
+            # ORT has no bfloat16 MatMul/Add: each runs in float32, its result rounded to
+            # bfloat16 between them as JAX rounds it
+            expect=["MatMul -> Cast -> Cast -> Add:Bx3x5"],
         ),
         case(
             "linear_dtype_float32",
@@ -274,8 +286,21 @@ family.add_cases(
             ),
             [("B", 2, 3)],
             factory=True,
+            variants=["f32", "f64", "bf16"],
             expect=["Einsum -> Add:Bx4x5"],
             counts={"Reshape": 0, "Transpose": 0},
+        ),
+        case(
+            "linear_general_dtype_bfloat16",
+            module_factory(
+                lambda nnx: nnx.LinearGeneral(
+                    (2, 3), 4, axis=(1, 2), dtype=jnp.bfloat16, rngs=nnx.Rngs(0)
+                )
+            ),
+            [("B", 2, 3)],
+            factory=True,
+            variants=["bf16"],
+            expect=["Einsum -> Cast -> Cast -> Add:Bx4"],
         ),
         case(
             "linear_general_middle_axis",

@@ -37,7 +37,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jax2onnx.plugin import Family, Jax2OnnxError, at_conversion, call_arguments
-from jax2onnx_flax._util import F32, F64, hashable_precision, linen_promoted
+from jax2onnx_flax._util import F32, hashable_precision, linen_promoted
 from jax2onnx_flax.attention import dpa_p, mha_p
 from jax2onnx_flax.einsum import einsum_p
 from jax2onnx_flax.linear import linear_general_p
@@ -192,7 +192,8 @@ def multi_head_attention(
         return call()  # initializing, or Flax's own shape error
     dtype = module.dtype or jnp.result_type(*xs, *(a for a in arrays if a is not None))
     dtype = np.dtype(dtype)
-    if dtype not in (F32, F64) or (module.force_fp32_for_softmax and dtype != F32):
+    floating = jnp.issubdtype(dtype, jnp.floating)
+    if not floating or (module.force_fp32_for_softmax and dtype != F32):
         return call()
     cast = lambda x: jnp.asarray(x, dtype)  # noqa: E731
     operands = [cast(x) for x in xs]
@@ -386,7 +387,7 @@ def _dpa_binder(original):
         bias, mask = a["bias"], a["mask"]
         dtype = np.dtype(q.dtype)
         if (
-            dtype not in (F32, F64)
+            not jnp.issubdtype(dtype, jnp.floating)
             or (a["force_fp32_for_softmax"] and dtype != F32)
             or not q.ndim == k.ndim == v.ndim >= 3
             or q.shape[-2:] != k.shape[-2:]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 from jax2onnx.plugin import Family, case
@@ -223,6 +224,17 @@ family.add_cases(
             _X,
             expect=[_GRAPH],
             counts={**_ONE, "Reshape": 0, "Einsum": 0},
+            variants=["f32", "f64", "bf16", "f16"],  # half inputs promote to float32
+        ),
+        _lin(
+            # computes in bfloat16 (dtype, softmax included) with float32 parameters
+            "linen_mha_dtype_bfloat16",
+            _mha(dtype=jnp.bfloat16),
+            _INIT,
+            _X,
+            expect=["Attention"],
+            counts={"Attention": 1, "Softmax": 0},
+            variants=["bf16"],
         ),
         _lin(
             "linen_mha_cross",

@@ -227,7 +227,16 @@ family.add_cases(
             factory=True,
             expect=["Transpose -> Conv -> Transpose:Bx6x6x4"],
             counts=_ONE_CONV,
-            variants=F32_ONLY,
+            variants=["f32", "bf16"],  # bfloat16 inputs promote to the float32 kernel
+        ),
+        case(
+            # computes in bfloat16 (dtype) with float32 parameters (param_dtype)
+            "linen_conv_2d_dtype_bfloat16",
+            _conv(4, (3, 3), dtype=jnp.bfloat16),
+            [("B", 6, 6, 2)],
+            factory=True,
+            expect=["Conv -> Cast -> Transpose:Bx6x6x4"],
+            variants=["bf16"],
         ),
         case(
             "linen_conv_2d_f64", _conv(4, (3, 3)), [("B", 6, 6, 2)], factory=True, variants=["f64"]

@@ -75,6 +75,16 @@ family.add_cases(
             factory=True,
             expect=["Gemm:Bx5"],
             counts={"MatMul": 0},
+            variants=["f32", "f64", "bf16", "f16"],  # half inputs promote to float32
+        ),
+        case(
+            # computes in bfloat16 (dtype) with float32 parameters (param_dtype)
+            "linen_dense_dtype_bfloat16",
+            linen_factory(_dense(dtype=jnp.bfloat16), (2, 3, 4)),
+            [("B", 3, 4)],
+            factory=True,
+            variants=["bf16"],
+            expect=["MatMul -> Cast -> Cast -> Add:Bx3x5"],
         ),
         case(
             "linen_dense_3d",

@@ -381,7 +381,12 @@ family.add_cases(
     lambda: [
         _case("linen_batch_norm_2d", _bn(), _B6, [f"{_BN}:Bx6"]),
         _case(
-            "linen_batch_norm_nhwc", _bn(), [("B", 4, 4, 3)], ["Mul -> Add:Bx4x4x3"], counts=_FUSED
+            "linen_batch_norm_nhwc",
+            _bn(),
+            [("B", 4, 4, 3)],
+            ["Mul -> Add:Bx4x4x3"],
+            counts=_FUSED,
+            variants=["f32", "f64", "bf16", "f16"],
         ),
         _case(
             "linen_batch_norm_nchw",
@@ -459,7 +464,7 @@ _TWO = {"reduction_axes": (1, 2), "feature_axes": (1, 2)}
 family.add_cases(
     layer_norm_p,
     lambda: [
-        _case("linen_layer_norm", _ln(), _B6, [f"{_LN}:Bx6"]),
+        _case("linen_layer_norm", _ln(), _B6, [f"{_LN}:Bx6"], variants=["f32", "f64", "bf16"]),
         _case("linen_layer_norm_two_axes", _ln(**_TWO), [("B", 3, 4)], [f"{_LN}:Bx3x4"]),
         _case(
             "linen_layer_norm_features_last",
@@ -482,6 +487,13 @@ family.add_cases(
             _B6,
             [f"{_LN} -> Cast:Bx6"],
             variants=["f32"],
+        ),
+        _case(
+            "linen_layer_norm_dtype_bf16",
+            _ln(dtype=jnp.bfloat16),
+            _B6,
+            [f"{_LN} -> Cast:Bx6"],
+            variants=["f32", "bf16"],
         ),
         _case("linen_layer_norm_vmap", _ln(), [("B", 3, 4)], [f"{_LN}:Bx3x4"], wrap=jax.vmap),
         _case("linen_layer_norm_grad", _ln(), _B6, wrap=_grad),

@@ -34,7 +34,7 @@ import numpy as np
 from jax.interpreters import batching
 
 from jax2onnx.plugin import Family, case
-from jax2onnx_flax._util import F32, F64, const_value, factory_cases
+from jax2onnx_flax._util import F64, const_value, factory_cases
 
 family = Family("flax")
 register = family.register
@@ -110,9 +110,13 @@ def module_arrays(module, *names):
 
 
 def float_out(ctx) -> np.dtype | None:
-    """The output dtype when it is float32/float64 (the ONNX ops' dtypes), else None."""
+    """The output dtype when it is a float (float64, float32, bfloat16, float16), else None.
+
+    The ONNX ops run in it; a bfloat16 op without an ONNX Runtime kernel is widened
+    by the converter's precision step, not here.
+    """
     dt = np.dtype(ctx.avals_out[0].dtype)
-    return dt if dt in (F32, F64) else None
+    return dt if jnp.issubdtype(dt, jnp.floating) and dt.itemsize >= 2 else None
 
 
 def cast_all(ctx, values, dtype):
@@ -257,6 +261,18 @@ def _batch_norm_cases():
             {"expect": ["Mul -> Add:Bx4x4x3"], "counts": {"Transpose": 0, "BatchNormalization": 0}},
         ),
         (
+            "batch_norm_half_inputs",
+            norm_module("BatchNorm", 6),
+            [("B", 6)],
+            {"variants": ["bf16", "f16"], "expect": ["Cast -> BatchNormalization:Bx6"]},
+        ),
+        (
+            "batch_norm_nhwc_dtype_bfloat16",
+            norm_module("BatchNorm", 3, dtype=jnp.bfloat16),
+            [("B", 4, 4, 3)],
+            {"variants": ["f32", "bf16"], "counts": {"BatchNormalization": 0}},
+        ),
+        (
             "batch_norm_plain",
             norm_module("BatchNorm", 6, use_scale=False, use_bias=False),
             [("B", 6)],
@@ -328,9 +344,10 @@ def batch_norm(ctx, x, mean, var, *rest, feature_axes, epsilon, dtype, has_scale
     fshape = [shape[a] if a in feature_axes else 1 for a in range(len(shape))]
     consts = [const_value(v) for v in (mean, var, scale, bias)]
     if all(c is not None for c, v in zip(consts, (mean, var, scale, bias)) if v is not None):
-        m, v, s, b = consts
-        a = (np.ones(channels, out) if s is None else s) / np.sqrt(v + np.asarray(epsilon, out))
-        shift = (np.zeros(channels, out) if b is None else b) - m * a
+        # folded in float64, rounded once to the output dtype
+        m, v, s, b = (None if c is None else c.astype(F64) for c in consts)
+        a = (np.ones(channels, F64) if s is None else s) / np.sqrt(v + epsilon)
+        shift = (np.zeros(channels, F64) if b is None else b) - m * a
         a, shift = (
             ctx.const(a.astype(out).reshape(fshape)),
             ctx.const(shift.astype(out).reshape(fshape)),
@@ -416,6 +433,21 @@ def _group_norm_cases():
             norm_module("GroupNorm", 8, num_groups=None, group_size=2),
             [("B", 5, 8)],
             {"expect": [_GN]},
+        ),
+        (
+            "group_norm_half_inputs",
+            norm_module("GroupNorm", 6, num_groups=3),
+            [("B", 4, 6)],
+            {"variants": ["bf16", "f16"], "expect": [_GN]},
+        ),
+        (
+            "group_norm_dtype_bfloat16",
+            norm_module("GroupNorm", 6, num_groups=3, dtype=jnp.bfloat16),
+            [("B", 4, 6)],
+            {
+                "variants": ["f32", "bf16"],
+                "expect": [_GN],
+            },
         ),
         (
             "group_norm_plain",

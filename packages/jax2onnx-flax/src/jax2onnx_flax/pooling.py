@@ -250,6 +250,13 @@ def _common(name, op, **f32):
             variants=["f32"],
         ),
         _case(
+            "avg_pool_half",
+            _nnx("avg_pool", (2, 2), strides=(2, 2)),
+            [_NHWC],
+            expect=["AveragePool", "Transpose:Bx3x3x3"],
+            variants=["bf16", "f16"],
+        ),
+        _case(
             "avg_pool_f64",
             _nnx("avg_pool", (2, 2)),
             [_NHWC],
@@ -285,7 +292,12 @@ def avg_pool(ctx, x, *, window_shape, strides, padding, count_include_pad):
             expect=["Transpose -> MaxPool -> Where -> Where -> Transpose:Bx3x3x3"],
             counts={"Transpose": 2, "MaxPool": 2},
         ),
-        _case("max_pool_nan_inf", _nnx("max_pool", (2,), padding="SAME"), [_EDGES]),
+        _case(
+            "max_pool_nan_inf",
+            _nnx("max_pool", (2,), padding="SAME"),
+            [_EDGES],
+            variants=["f32", "f64", "bf16", "f16"],
+        ),
     ],
 )
 def max_pool(ctx, x, *, window_shape, strides, padding):

@@ -89,6 +89,7 @@ def scatter_set_cases():
             lambda x, u: _at(x)[_ROWS].set(u),
             [(5, 3), (4, 3)],
             expect=["Concat -> ScatterND -> Slice:5x3"],  # the clamped row indices fold
+            variants=["f32", "f64", "bf16"],
         ),
         case(
             "columns_symbolic",
@@ -179,6 +180,14 @@ def scatter_add_cases():
             [(5, 3), (8,), (8, 3)],
             dtypes=[None, _I32, None],  # random in [-5, 6): repeated, negative and dropped rows
             expect=["Where -> ScatterND -> Slice:5x3"],
+        ),
+        case(
+            "duplicates_half",
+            lambda x, i, u: _at(x)[i].add(u),
+            [(5, 3), (8,), (8, 3)],
+            dtypes=[None, _I32, None],
+            # ORT has no half-precision ScatterND reduction: the precision step widens it
+            variants=["bf16", "f16"],
         ),
         case(
             "columns_symbolic",
@@ -390,6 +399,12 @@ def extremum_cases(method):
             "nan",
             lambda x, u: getattr(_at(x)[np.array([0, 1, 1, 2, 9])], method)(u),
             [_NANS, _NAN_UPDATES],
+        ),
+        case(
+            "nan_half",
+            lambda x, u: getattr(_at(x)[np.array([0, 1, 1, 2, 9])], method)(u),
+            [_NANS, _NAN_UPDATES],
+            variants=["bf16", "f16"],
         ),
         case(
             "window_drop",

@@ -18,6 +18,7 @@ from jax2onnx_lax._casedata import INTS, edges, int_cases, x64
 
 family = Family("lax")
 _BF16 = np.dtype(jnp.bfloat16)
+_HALF = ["f32", "f64", "bf16", "f16"]
 
 
 def _binary(ctx, op_type: str, x, y, dtype, **attrs):
@@ -185,7 +186,8 @@ def clamp(ctx, lo, x, hi):
     bound, lax.clamp propagates it), otherwise Min(Max(x, lo), hi)."""
     dtype = np.dtype(ctx.avals_in[1].dtype)
     scalar = ctx.avals_in[0].ndim == 0 and ctx.avals_in[2].ndim == 0
-    if scalar and dtype.kind in "iuf" and _not_nan(lo) and _not_nan(hi):
+    numeric = dtype.kind in "iu" or jnp.issubdtype(dtype, jnp.floating)  # bfloat16 too
+    if scalar and numeric and _not_nan(lo) and _not_nan(hi):
         wide = ctx.kernel_dtype("Clip", dtype)
         if wide == dtype:
             return ctx.op.Clip(x, lo, hi)
@@ -220,16 +222,6 @@ def select_n(ctx, which, *cases):
     return result if wide == dtype else ctx.cast(result, dtype)
 
 
-def _bf16(fn):
-    """``fn`` computed in bfloat16 between float32 inputs and output (ORT cannot feed bf16)."""
-
-    def wrapped(*xs):
-        out = fn(*(x.astype(jnp.bfloat16) for x in xs))
-        return out.astype(jnp.float32) if out.dtype == jnp.bfloat16 else out
-
-    return wrapped
-
-
 _F16 = [
     np.array([0.5, -1.25, 3.0, np.nan, 60000.0, -0.0], np.float16),
     np.array([2.0, 0.75, -3.0, 1.0, 60000.0, 0.0], np.float16),
@@ -242,10 +234,9 @@ _SPECIAL_PAIRS = [np.repeat(_SPECIAL, len(_SPECIAL)), np.tile(_SPECIAL, len(_SPE
 
 def _float_cases(name: str, fn, **kw) -> list:
     return [
-        case(name, fn, [("B", 4), ("B", 4)], **kw),
-        case(f"{name}_special", fn, _SPECIAL_PAIRS),
+        case(name, fn, [("B", 4), ("B", 4)], variants=["f32", "f64", "bf16"], **kw),
+        case(f"{name}_special", fn, _SPECIAL_PAIRS, variants=["f32", "f64", "bf16"]),
         case(f"{name}_f16", fn, _F16, variants=["f32"]),
-        case(f"{name}_bf16", _bf16(fn), [(3, 4), (3, 4)], variants=["f32"], **kw),
     ]
 
 
@@ -336,7 +327,7 @@ for _prim, _fn in (
 family.add_cases(
     lax.atan2_p,
     lambda: [
-        case("atan2", lax.atan2, [("B", 5), ("B", 5)]),
+        case("atan2", lax.atan2, [("B", 5), ("B", 5)], variants=["f32", "f64", "bf16"]),
         case("atan2_special", lax.atan2, _SPECIAL_PAIRS),
         case(
             "atan2_wide_range",
@@ -348,7 +339,6 @@ family.add_cases(
             variants=["f64"],
         ),
         case("atan2_f16", lax.atan2, _F16, variants=["f32"]),
-        case("atan2_bf16", _bf16(lax.atan2), [(3, 4), (3, 4)], variants=["f32"]),
     ],
 )
 
@@ -360,9 +350,15 @@ def _clamp_scalar(x):
 family.add_cases(
     lax.clamp_p,
     lambda: [
-        case("clamp_scalar", _clamp_scalar, [("B", 4)], expect=["Clip"]),
+        case("clamp_scalar", _clamp_scalar, [("B", 4)], expect=["Clip"], variants=_HALF),
         case("clamp_scalar_nan_x", _clamp_scalar, [_SPECIAL]),
-        case("clamp_arrays", lax.clamp, [(2, 3), (2, 3), (2, 3)], counts={"Clip": 0}),
+        case(
+            "clamp_arrays",
+            lax.clamp,
+            [(2, 3), (2, 3), (2, 3)],
+            counts={"Clip": 0},
+            variants=["f32", "f64", "bf16"],
+        ),
         case("clamp_lo_above_hi", lambda x: lax.clamp(1.0, x, -1.0), [(5,)]),
         case("clamp_variable_bounds", lax.clamp, [(), ("B", 3), ()], counts={"Clip": 0}),
         case(
@@ -413,7 +409,12 @@ family.add_cases(
             lambda p, a, b, c: lax.select_n(p, a, b, c),
             [np.array([0, 1, 2, 1], np.int32), (4,), (4,), (4,)],
         ),
-        case("relu_like", lambda x: lax.select_n(x > 0, -x, x), [("B", 3)]),
+        case(
+            "relu_like",
+            lambda x: lax.select_n(x > 0, -x, x),
+            [("B", 3)],
+            variants=["f32", "f64", "bf16"],
+        ),
         case("select_bool_cases", lambda p, a, b: lax.select_n(p, a, b), [_BOOLS[0], *_BOOLS]),
         *[
             case(
@@ -448,8 +449,6 @@ def _total_order(ctx, x, y, kind):
     plain = {"lt": "Less", "le": "LessOrEqual", "eq": "Equal"}[kind]
     if dtype.kind not in "f" and dtype != _BF16:
         return _binary(ctx, plain, x, y, dtype)
-    if dtype == _BF16 or dtype == np.float16:
-        x, y = ctx.cast(x, np.float32), ctx.cast(y, np.float32)
     x_nan, y_nan = ctx.op.IsNaN(x), ctx.op.IsNaN(y)
     sx, sy = _signbit(ctx, x), _signbit(ctx, y)
     equal = ctx.op.And(ctx.op.Equal(x, y), ctx.op.Equal(sx, sy))
@@ -468,7 +467,7 @@ _ORDER_PAIRS = [np.repeat(_ORDER_EDGES, 8), np.tile(_ORDER_EDGES, 8)]
 
 def _total_order_cases(kind, prim):
     return [
-        case(f"{kind}_to_edges", prim.bind, _ORDER_PAIRS),
+        case(f"{kind}_to_edges", prim.bind, _ORDER_PAIRS, variants=_HALF),
         case(f"{kind}_to", prim.bind, [("B", 4), ("B", 4)]),
         case(f"{kind}_to_int", prim.bind, [(5,), (5,)], dtypes=[np.int32, np.int32]),
     ]

@@ -29,8 +29,6 @@ def _work_dtype(out_dtype):
     out_dtype = np.dtype(out_dtype)
     if has_kernel("Conv", out_dtype) and has_kernel("ConvTranspose", out_dtype):
         return out_dtype, True
-    if out_dtype == jax.numpy.bfloat16:
-        return np.dtype(np.float32), True
     return compute_dtype(out_dtype), False
 
 
@@ -140,7 +138,7 @@ def _conv_cases():
             [("B", 3, 6, 6), (4, 3, 3, 3)],
             expect=["Conv:Bx4x6x6"],
             counts={"Transpose": 0},
-            variants=_F32,
+            variants=["f32", "bf16"],
         ),
         case(
             "nchw_same_f64",
@@ -246,6 +244,7 @@ def _conv_cases():
                 x, w, (3, 2), ((2, 1), (0, 3)), rhs_dilation=(1, 2), dimension_numbers=_NCHW
             ),
             [("B", 2, 4, 5), (4, 2, 3, 2)],
+            variants=["f32", "f64", "bf16"],
         ),
         case(
             "lhs_dilation_strided",
@@ -324,17 +323,11 @@ def _conv_cases():
             dtypes=[np.float16] * 2,
             expect=["Cast -> Conv"],
         ),
-        case(  # bf16 made inside: ONNX Runtime's Python API cannot take bfloat16 inputs
+        case(
             "bf16_to_float32",
-            lambda x, w: lax.conv_general_dilated(
-                x.astype(jax.numpy.bfloat16),
-                w.astype(jax.numpy.bfloat16),
-                (1, 1),
-                "SAME",
-                preferred_element_type=np.float32,
-            ),
+            _conv((1, 1), "SAME", preferred_element_type=np.float32),
             [(2, 3, 5, 5), (2, 3, 3, 3)],
-            variants=_F32,
+            variants=["bf16"],
         ),
     ]
 

@@ -92,7 +92,7 @@ def _int_cases(prefix, prim):
     ]
 
 
-def _common_cases(prefix, prim, expect):
+def _common_cases(prefix, prim, expect, variants=("f32", "f64", "bf16")):
     return [
         case(
             f"{prefix}_last",
@@ -101,7 +101,12 @@ def _common_cases(prefix, prim, expect):
             expect=expect,
         ),
         case(f"{prefix}_axis0", lambda x: prim.bind(x, axis=0, reverse=False), [(5, "B")]),
-        case(f"{prefix}_reverse", lambda x: prim.bind(x, axis=1, reverse=True), [("B", 7)]),
+        case(
+            f"{prefix}_reverse",
+            lambda x: prim.bind(x, axis=1, reverse=True),
+            [("B", 7)],
+            variants=list(variants),  # no graph patterns: half precision adds Casts
+        ),
         case(f"{prefix}_middle", lambda x: prim.bind(x, axis=1, reverse=True), [(2, 9, 3)]),
         case(f"{prefix}_one", lambda x: prim.bind(x, axis=0, reverse=False), [(1, 3)]),
     ]
@@ -113,7 +118,7 @@ _NAN_ROW = np.array([[1.0, -2.0, np.nan, 4.0, -np.inf, 0.5], [np.inf, 1.0, -np.i
 @family.lowering(
     lax.cumsum_p,
     cases=lambda: [
-        *_common_cases("cumsum", lax.cumsum_p, ["CumSum:Bx6"]),
+        *_common_cases("cumsum", lax.cumsum_p, ["CumSum:Bx6"], ("f32", "f64", "bf16", "f16")),
         case("cumsum_jnp_int8", lambda x: jnp.cumsum(x, axis=0), [_int_edge(np.int8)]),
         case("cumsum_nan", _cum(lax.cumsum_p, axis=1, reverse=True), [_NAN_ROW]),
         case("cumsum_symbolic_axis", _cum(lax.cumsum_p, axis=0, reverse=True), [("B", 3)]),
@@ -145,12 +150,12 @@ def cumprod(ctx, x, *, axis, reverse):
 
 def _lowest(dtype):
     dtype = np.dtype(dtype)
-    return -np.inf if np.issubdtype(dtype, np.floating) else np.iinfo(dtype).min
+    return -np.inf if jnp.issubdtype(dtype, jnp.floating) else np.iinfo(dtype).min
 
 
 def _highest(dtype):
     dtype = np.dtype(dtype)
-    return np.inf if np.issubdtype(dtype, np.floating) else np.iinfo(dtype).max
+    return np.inf if jnp.issubdtype(dtype, jnp.floating) else np.iinfo(dtype).max
 
 
 @family.lowering(

@@ -24,14 +24,11 @@ def compute_dtype(dtype) -> np.dtype:
 
     Narrow integers and bool widen to 32 bits: the low bits of a wrapping 32-bit
     sum equal JAX's wrapping narrow sum, and bool sums of 0/1 are non-zero exactly
-    when JAX's logical "or of ands" is true. bfloat16 widens to float32, where its
-    products are exact and the sum is rounded once, as XLA does on CPU.
+    when JAX's logical "or of ands" is true. Floats (bfloat16 and float16 too) stay.
     """
     dtype = np.dtype(dtype)
     if has_kernel("MatMul", dtype):
         return dtype
-    if dtype == jnp.bfloat16:
-        return np.dtype(np.float32)
     if dtype.kind == "u":
         return np.dtype(np.uint32)
     return np.dtype(np.int32)
@@ -60,7 +57,14 @@ _W54 = np.linspace(-1.0, 1.0, 20, dtype=np.float32).reshape(5, 4)
 @family.lowering(
     lax.dot_general_p,
     cases=lambda: [
-        case("matmul", jnp.matmul, [("B", 4), (4, 5)], expect=["MatMul:Bx5"], counts=_NO_AUX),
+        case(
+            "matmul",
+            jnp.matmul,
+            [("B", 4), (4, 5)],
+            expect=["MatMul:Bx5"],
+            counts=_NO_AUX,
+            variants=["f32", "f64", "bf16", "f16"],
+        ),
         case("matvec", jnp.dot, [(3, 4), (4,)], expect=["MatMul:3"], counts=_NO_AUX),
         case("vecmat", jnp.dot, [(4,), (4, 5)], expect=["MatMul:5"], counts=_NO_AUX),
         case("vecvec", jnp.dot, [(4,), (4,)], expect=["MatMul"], counts=_NO_AUX),
@@ -235,25 +239,23 @@ _W54 = np.linspace(-1.0, 1.0, 20, dtype=np.float32).reshape(5, 4)
         ),
         case("int16", jnp.matmul, [(3, 4), (4, 2)], dtypes=[np.int16] * 2, input_range=(-300, 300)),
         case("bool", jnp.dot, [(3, 4), (4, 2)], dtypes=[np.bool_] * 2),
-        case(  # bf16 made inside: ONNX Runtime's Python API cannot take bfloat16 inputs
+        case(
             "bf16_to_float32",
-            lambda a, b: lax.dot_general(
-                a.astype(jnp.bfloat16),
-                b.astype(jnp.bfloat16),
-                (((1,), (0,)), ((), ())),
-                preferred_element_type=jnp.float32,
-            ),
+            _dg((1,), (0,), preferred_element_type=jnp.float32),
             [(3, 4), (4, 2)],
+            variants=["bf16"],
+        ),
+        case(  # XLA multiplies float32 operands in float32 and rounds the sums once
+            "float32_to_bf16",
+            _dg((1,), (0,), preferred_element_type=jnp.bfloat16),
+            [(3, 64), (64, 2)],
             variants=["f32"],
         ),
         case(
-            "bf16",
-            lambda a, b: (a.astype(jnp.bfloat16) @ b.astype(jnp.bfloat16)).astype(jnp.float32),
-            [(3, 4), (4, 2)],
-            variants=["f32"],
-            # XLA drops the bf16 rounding before the float32 convert (excess precision);
-            # ONNX rounds the product to bfloat16 as the jaxpr says: bf16 resolution apart
-            tolerances={"float32": (1e-2, 1e-2)},
+            "bf16_gemm_transposed",
+            _dg((0,), (1,)),
+            [(4, 3), (2, 4)],
+            variants=["bf16"],
         ),
         case(
             "f16_to_float32",
@@ -286,7 +288,8 @@ def dot_general(ctx, lhs, rhs, *, dimension_numbers, preferred_element_type=None
     in_dtype = np.dtype(lhs_aval.dtype)
     if (
         in_dtype == np.dtype(rhs_aval.dtype)
-        and out_dtype.kind == in_dtype.kind == "f"
+        and jnp.issubdtype(out_dtype, jnp.floating)
+        and jnp.issubdtype(in_dtype, jnp.floating)
         and in_dtype.itemsize > out_dtype.itemsize
     ):
         # a narrower preferred_element_type on equal operand types: XLA multiplies at the

@@ -54,6 +54,7 @@ def _gather_cases():
             dtypes=[None, _I32],
             input_range=(-5, 5),  # jnp indexing raises for out-of-range concrete indices
             expect=["Clip -> Squeeze -> Gather:3x4"],
+            variants=["f32", "f64", "bf16"],
         ),
         case(
             "promise_in_bounds_clamps",

@@ -81,7 +81,7 @@ def _exact_bound(value: Any, dtype: np.dtype) -> np.ndarray | None:
 def clip(ctx, x, *, min=None, max=None):  # noqa: A002 - jnp.clip's parameter names
     """One Clip with constant bounds (a missing bound is an empty input).
 
-    Other dtypes (int16, uint16, bfloat16: no ORT kernel), a result dtype that
+    Other dtypes (int16, uint16: no ORT kernel), a result dtype that
     differs from the operand's (an integer or bool array clipped by a float or an
     int) or an integer bound out of range inline JAX's ``maximum``/``minimum``.
     """
@@ -112,11 +112,18 @@ family.add_cases(
             expect=["Clip:Bx7"],
             counts={"Max": 0, "Min": 0},
             input_range=(-4.0, 4.0),
+            variants=["f32", "f64", "bf16", "f16"],
         ),
         case("min_only", lambda x: jnp.clip(x, min=0.5), [(3, 4)], expect=["Clip"]),
         case("opset17", lambda x: jnp.clip(x, -1.0, 1.0), [(3, 4)], expect=["Clip"], opset=17),
         case("max_only", lambda x: jnp.clip(x, max=0.5), [(3, 4)], expect=["Clip"]),
-        case("edges", lambda x: jnp.clip(x, -1.0, 2.0), [_CLIP_EDGES], expect=["Clip"]),
+        case(
+            "edges",
+            lambda x: jnp.clip(x, -1.0, 2.0),
+            [_CLIP_EDGES],
+            expect=["Clip"],
+            variants=["f32", "f64", "bf16"],
+        ),
         case("lo_above_hi", lambda x: jnp.clip(x, 3.0, 2.0), [_CLIP_EDGES], expect=["Clip"]),
         case(
             "nan_bound",
@@ -221,7 +228,9 @@ family.add_cases(
             [(6,)],
             dtypes=[np.int32],
         ),
-        case("array_start", lambda s: jnp.linspace(s, 1.0, 5), [()]),
+        case(
+            "array_start", lambda s: jnp.linspace(s, 1.0, 5), [()], variants=["f32", "f64", "bf16"]
+        ),
         case("vmap", jax.vmap(lambda x: x * jnp.linspace(0.0, 1.0, 3)), [("B", 3)]),
         case("grad", jax.grad(lambda x: (x * x * jnp.linspace(0.0, 1.0, 3)).sum()), [(3,)]),
     ],
@@ -306,7 +315,12 @@ family.add_cases(
         case(
             "chain", lambda a, b, c: jnp.einsum("ij,jk,kl->il", a, b, c), [(3, 4), (4, 5), (5, 2)]
         ),
-        case("outer", lambda a, b: jnp.einsum("i,j->ij", a, b), [(3,), (4,)]),
+        case(
+            "outer",
+            lambda a, b: jnp.einsum("i,j->ij", a, b),
+            [(3,), (4,)],
+            variants=["f32", "f64", "bf16"],
+        ),
         case("trace", lambda a: jnp.einsum("ii->", a), [(4, 4)]),
         case(
             "int32",
@@ -383,7 +397,12 @@ family.add_cases(
     "jnp.reductions_where",
     lambda: [
         case("sum_where", lambda x: jnp.sum(x, axis=1, where=_MASK), [(3, 4)]),
-        case("mean_where", lambda x: jnp.mean(x, axis=1, where=_MASK), [(3, 4)]),
+        case(
+            "mean_where",
+            lambda x: jnp.mean(x, axis=1, where=_MASK),
+            [(3, 4)],
+            variants=["f32", "f64", "bf16"],
+        ),
         case("max_where", lambda x: jnp.max(x, axis=1, where=_MASK, initial=-5.0), [(3, 4)]),
         case("min_where", lambda x: jnp.min(x, where=_MASK, initial=5.0), [(3, 4)]),
         case("sum_where_array", lambda x, m: jnp.sum(x, where=m > 0), [("B", 4), ("B", 4)]),
@@ -394,7 +413,12 @@ family.add_cases(
     "jnp.nan_functions",
     lambda: [
         case("nansum", lambda x: jnp.nansum(x, axis=1), [_WITH_NAN]),
-        case("nanmean", lambda x: jnp.nanmean(x, axis=0), [_WITH_NAN]),
+        case(
+            "nanmean",
+            lambda x: jnp.nanmean(x, axis=0),
+            [_WITH_NAN],
+            variants=["f32", "f64", "bf16"],
+        ),
         case("nanmax", lambda x: jnp.nanmax(x, axis=1), [_WITH_NAN]),
         case("nanmin", lambda x: jnp.nanmin(x), [_WITH_NAN[:1]]),
         case("nanprod", lambda x: jnp.nanprod(x, axis=1), [_WITH_NAN]),

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import math
 
+import jax.numpy as jnp
 import numpy as np
 from jax import lax
 from jax.core import ShapedArray
@@ -210,7 +211,7 @@ def _extremum(kind):
             )
             return ctx.cast(combined, dtype)
         combined = ctx.op.ScatterND(x, index, updates, reduction=kind)
-        if not np.issubdtype(dtype, np.floating):
+        if not jnp.issubdtype(dtype, jnp.floating):  # bfloat16 too
             return combined
         # ONNX Runtime's min/max drop NaN; XLA's propagate it from operand and updates.
         nan = ctx.op.ScatterND(

@@ -11,6 +11,8 @@ from jax import lax
 from jax2onnx.plugin import Family, case, is_symbolic, onnx_dtype
 
 family = Family("lax")
+_BF16 = ["f32", "f64", "bf16"]  # the float cases given half-precision variants
+_HALF = ["f32", "f64", "bf16", "f16"]
 
 
 _I64 = np.int64
@@ -30,7 +32,12 @@ def _axes(ctx, axes):
             expect=["Unsqueeze -> Expand:2x3"],
         ),
         case("scalar", lambda x: lax.broadcast_in_dim(x, (2, 2), ()), [()]),
-        case("symbolic_batch", lambda x: jnp.broadcast_to(x, (x.shape[0], 4, 3)), [("B", 1, 3)]),
+        case(
+            "symbolic_batch",
+            lambda x: jnp.broadcast_to(x, (x.shape[0], 4, 3)),
+            [("B", 1, 3)],
+            variants=_BF16,
+        ),
         case("expand_dims", lambda x: lax.expand_dims(x, (0, 2)), [("B", 3)], counts={"Expand": 0}),
         case("jnp_expand_dims", lambda x: jnp.expand_dims(x, -1), [(2, 3)], expect=["Unsqueeze"]),
         case("int8", lambda x: jnp.broadcast_to(x, (2, 3)), [(3,)], dtypes=[np.int8]),
@@ -173,6 +180,7 @@ def squeeze(ctx, x, *, dimensions):
             lambda a, b: lax.concatenate([a, b], 1),
             [("B", 2), ("B", 3)],
             expect=["Concat:Bx5"],
+            variants=_BF16,
         ),
         case(
             "concat3_int",
@@ -237,7 +245,13 @@ def unstack(ctx, x, *, axis):
 @family.lowering(
     lax.slice_p,
     cases=lambda: [
-        case("slice", lambda x: lax.slice(x, (0, 1), (2, 4)), [(3, 5)], expect=["Slice:2x3"]),
+        case(
+            "slice",
+            lambda x: lax.slice(x, (0, 1), (2, 4)),
+            [(3, 5)],
+            expect=["Slice:2x3"],
+            variants=_BF16,
+        ),
         case("strided", lambda x: lax.slice(x, (1,), (8,), (3,)), [(9,)]),
         case("symbolic_batch", lambda x: lax.slice_in_dim(x, 1, 3, axis=1), [("B", 4)]),
     ],
@@ -286,16 +300,32 @@ def _pad_case(name, value, config, dtype):
 @family.lowering(
     lax.pad_p,
     cases=lambda: [
-        case("pad", lambda x: jnp.pad(x, ((1, 2), (0, 1))), [("B", 3)], expect=["Pad"]),
+        case(
+            "pad",
+            lambda x: jnp.pad(x, ((1, 2), (0, 1))),
+            [("B", 3)],
+            expect=["Pad"],
+            variants=_HALF,
+        ),
         case(
             "crop",
             lambda x: lax.pad(x, 0.0, ((-1, 1, 0), (2, -2, 0))),
             [(4, 5)],
             counts={"Reshape": 0},
         ),
-        case("interior", lambda x: lax.pad(x, -1.0, ((1, 2, 2), (0, 0, 1))), [("B", 4)]),
+        case(
+            "interior",
+            lambda x: lax.pad(x, np.asarray(-1.0, x.dtype), ((1, 2, 2), (0, 0, 1))),
+            [("B", 4)],
+            variants=_BF16,
+        ),
         case("interior_crop", lambda x: lax.pad(x, 0.0, ((-2, -1, 3), (-1, 0, 1))), [(3, 4)]),
-        case("value_operand", lambda x, v: lax.pad(x, v, ((0, 1, 1),)), [(3,), ()]),
+        case(
+            "value_operand",
+            lambda x, v: lax.pad(x, v, ((0, 1, 1),)),
+            [(3,), ()],
+            variants=_BF16,
+        ),
         _pad_case("int8", np.int8(7), ((1, 0, 1),), np.int8),
         _pad_case("int16", np.int16(7), ((1, -1, 2),), np.int16),
         _pad_case("uint16", np.uint16(7), ((2, 1, 0),), np.uint16),
@@ -353,7 +383,7 @@ def _interior(ctx, x, value, shape, spread, padding_config):
 @family.lowering(
     lax.rev_p,
     cases=lambda: [
-        case("rev", lambda x: lax.rev(x, (0, 1)), [("B", 3)], expect=["Slice"]),
+        case("rev", lambda x: lax.rev(x, (0, 1)), [("B", 3)], expect=["Slice"], variants=_BF16),
         case("rev_last", lambda x: jnp.flip(x, -1), [(2, 3, 4)], counts={"Shape": 0}),
         case("rev_int", lambda x: lax.rev(x, (0,)), [(5,)], dtypes=[np.int32]),
         case("rev_bool", lambda x: lax.rev(x, (1,)), [(2, 3)], dtypes=[np.bool_]),
@@ -382,7 +412,12 @@ _IOTA_DTYPES = [np.int8, np.uint8, np.int16, np.uint32, np.float16, ml_dtypes.bf
             lambda x: x + lax.broadcasted_iota(np.int32, (3, 4), 1),
             [np.zeros((3, 4), np.int32)],
         ),
-        case("symbolic", lambda x: x * jnp.arange(x.shape[0], dtype=x.dtype)[:, None], [("B", 3)]),
+        case(
+            "symbolic",
+            lambda x: x * jnp.arange(x.shape[0], dtype=x.dtype)[:, None],
+            [("B", 3)],
+            variants=_HALF,
+        ),
         case(
             "symbolic_middle",
             lambda x: x + lax.broadcasted_iota(np.int32, (2, x.shape[1], 3), 1),

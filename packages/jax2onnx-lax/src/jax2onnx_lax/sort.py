@@ -34,6 +34,8 @@ family = Family("lax")
 
 
 _INT64_MIN = np.iinfo(np.int64).min
+_BF16 = ["f32", "f64", "bf16"]  # the float cases given half-precision variants
+_HALF = ["f32", "f64", "bf16", "f16"]
 _BFLOAT16 = np.dtype(ml_dtypes.bfloat16)
 # integer dtype -> dtype ONNX Runtime's TopK compares it in, with the same order
 _INT_KEY = {
@@ -152,15 +154,15 @@ def _int_sort_cases():
         case("sort_descending", lambda x: jnp.sort(x, descending=True), [_NAN_ROWS]),
         case("argsort_descending", lambda x: jnp.argsort(x, descending=True), [_TIES]),
         case("sort_middle", lambda x: jnp.sort(x, axis=1), [(2, 4, 3)]),
-        case("sort_nan", lambda x: jnp.sort(x, axis=-1), [_NAN_ROWS]),
+        case("sort_nan", lambda x: jnp.sort(x, axis=-1), [_NAN_ROWS], variants=_BF16),
         case("sort_nan_axis0", lambda x: jnp.sort(x, axis=0), [_NAN_ROWS]),
         case("argsort", lambda x: jnp.argsort(x, axis=-1), [_TIES]),
-        case("argsort_nan", lambda x: jnp.argsort(x, axis=-1), [_NAN_ROWS]),
+        case("argsort_nan", lambda x: jnp.argsort(x, axis=-1), [_NAN_ROWS], variants=_BF16),
         case("argsort_symbolic", lambda x: jnp.argsort(x, axis=0), [(6, "B")], dtypes=[np.int32]),
         case("argsort_negated", lambda x: jnp.argsort(-x, axis=-1), [_NAN_ROWS]),
         case("sort_negated", lambda x: -jnp.sort(-x), [_TIES]),
         case("carry_operand", _sort_operands(1), [_TIES, _NAN_ROWS]),
-        case("two_keys", _sort_operands(2), [_TIES, _NAN_ROWS]),
+        case("two_keys", _sort_operands(2), [_TIES, _NAN_ROWS], variants=_BF16),
         case(
             "three_keys_mixed",
             _sort_operands(3),
@@ -202,7 +204,7 @@ _TOP_ROWS = np.array(
     lax.top_k_p,
     cases=lambda: [
         case("top_k", lambda x: lax.top_k(x, 3), [("B", 6)], expect=["TopK", "GatherElements:Bx3"]),
-        case("top_k_ties_nan", lambda x: lax.top_k(x, 5), [_TOP_ROWS]),
+        case("top_k_ties_nan", lambda x: lax.top_k(x, 5), [_TOP_ROWS], variants=_HALF),
         case("top_k_all", lambda x: lax.top_k(x, 7), [_TOP_ROWS]),
         case("top_k_axis0", lambda x: lax.top_k(x, 2, axis=0), [(4, "B")]),
         case("top_k_int8", lambda x: lax.top_k(x, 3), [(2, 6)], dtypes=[np.int8]),
@@ -245,7 +247,7 @@ def top_k(ctx, x, *, k, axis=-1, **_):
             expect=["TopK", "GatherElements:Bx3"],
         ),
         case("approx_min_k", lambda x: lax.approx_min_k(x, 3), [("B", 8)]),
-        case("approx_min_k_ties", lambda x: lax.approx_min_k(x, 4), [_TIES]),
+        case("approx_min_k_ties", lambda x: lax.approx_min_k(x, 4), [_TIES], variants=_BF16),
         case(
             "approx_max_k_dim0",
             lambda x: lax.approx_max_k(x, 2, reduction_dimension=0),

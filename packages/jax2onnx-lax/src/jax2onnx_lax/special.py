@@ -44,6 +44,10 @@ _ERFCX_P = (
 _ERFCX_Q = (5.205662605575499, 11.330357113283197, 10.214340621949143, 4.640515876711266)
 
 
+_BF16 = ["f32", "f64", "bf16"]  # the float cases given half-precision variants
+_HALF = ["f32", "f64", "bf16", "f16"]
+
+
 def _is_f64(ctx) -> bool:
     return ctx.avals_in[0].dtype == np.float64
 
@@ -154,7 +158,7 @@ def _erfc32(ctx, z, dt):
 @family.lowering(
     lax.expm1_p,
     cases=lambda: [
-        case("expm1", lax.expm1, [("B", 5)], input_range=(-3.0, 3.0)),
+        case("expm1", lax.expm1, [("B", 5)], input_range=(-3.0, 3.0), variants=_HALF),
         case("expm1_tiny", lax.expm1, [(6,)], input_range=(-1e-4, 1e-4)),
         case("expm1_tinier", lax.expm1, [(6,)], input_range=(-1e-9, 1e-9)),
         case(
@@ -172,7 +176,7 @@ def expm1(ctx, x, **_):
 @family.lowering(
     lax.log1p_p,
     cases=lambda: [
-        case("log1p", lax.log1p, [("B", 5)], input_range=(-0.9, 5.0)),
+        case("log1p", lax.log1p, [("B", 5)], input_range=(-0.9, 5.0), variants=_HALF),
         case("log1p_tiny", lax.log1p, [(6,)], input_range=(-1e-4, 1e-4)),
         case("log1p_tinier", lax.log1p, [(6,)], input_range=(-1e-9, 1e-9)),
         case(
@@ -273,7 +277,7 @@ _TABLE = [
 
 def _table_cases(prim, fn, op, input_range, edges):
     cases = [
-        case(prim.name, fn, [("B", 5)], input_range=input_range),
+        case(prim.name, fn, [("B", 5)], input_range=input_range, variants=_BF16),
         case(
             f"{prim.name}_f32_op",
             fn,
@@ -306,7 +310,7 @@ for _prim, _fn, _op, _f64, _range, _edges in _TABLE:
 @family.lowering(
     lax.erf_p,
     cases=lambda: [
-        case("erf", lax.erf, [("B", 5)], input_range=(-4.0, 4.0)),
+        case("erf", lax.erf, [("B", 5)], input_range=(-4.0, 4.0), variants=_HALF),
         case("erf_tiny", lax.erf, [(6,)], input_range=(-1e-4, 1e-4)),
         case("erf_f32_op", lax.erf, [(4,)], variants=["f32"], expect=["Erf"]),
         case(
@@ -325,7 +329,7 @@ def erf(ctx, x, **_):
 @family.lowering(
     lax.erfc_p,
     cases=lambda: [
-        case("erfc", lax.erfc, [("B", 5)], input_range=(-3.0, 9.0)),
+        case("erfc", lax.erfc, [("B", 5)], input_range=(-3.0, 9.0), variants=_BF16),
         case("erfc_tail", lax.erfc, [(6,)], input_range=(3.0, 25.0)),
         case(
             "erfc_edges",
@@ -366,7 +370,7 @@ def erfc(ctx, x, **_):
 @family.lowering(
     lax.erf_inv_p,
     cases=lambda: [
-        case("erf_inv", lax.erf_inv, [("B", 5)], input_range=(-0.99, 0.99)),
+        case("erf_inv", lax.erf_inv, [("B", 5)], input_range=(-0.99, 0.99), variants=_HALF),
         case("erf_inv_tiny", lax.erf_inv, [(6,)], input_range=(-1e-4, 1e-4)),
         case(
             "erf_inv_edges",

@@ -5,10 +5,10 @@ values between elements), padding (identity values; negative padding slices),
 then windows with strides and window dilation. Where ONNX has an exact pooling
 op the windowed axes become the trailing spatial axes of an (N, C, ...) layout
 (one Transpose each way at most): MaxPool for float max and min and int8/uint8
-max, a depthwise Conv with a ones kernel for float32/float16 sums. Every other
+max, a depthwise Conv with a ones kernel for float32/float16/bfloat16 sums. Every other
 case is the general form: per windowed axis, one strided Slice per window
 offset, folded with Max/Min/Add/Mul, which is exact for every dtype ORT has
-those ops for (16-bit ints widen to int32, bool to uint8, bfloat16 to float32).
+those ops for (16-bit ints widen to int32, bool to uint8).
 
 The gradients of window reductions (select_and_scatter_add, select_and_gather_add)
 are in :mod:`jax2onnx_lax.window_grads`; they share the layout helpers here
@@ -29,11 +29,11 @@ from jax2onnx_lax.blocks import nan_exact_max_pool
 family = Family("lax")
 
 _INT64_MAX = np.iinfo(np.int64).max
+_BF16 = ["f32", "f64", "bf16"]  # the float cases given half-precision variants
 _WIDE = {  # dtypes ORT lacks Max/Min (or Add/Mul) kernels for -> an exact wider dtype
     np.dtype(np.int16): np.int32,
     np.dtype(np.uint16): np.int32,
     np.dtype(np.bool_): np.uint8,
-    np.dtype(ml_dtypes.bfloat16): np.float32,
 }
 _COMBINE = {"max": "Max", "min": "Min", "add": "Add", "mul": "Mul"}
 _BODY = {"add": "add", "mul": "mul", "max": "max", "min": "min", "or": "max", "and": "min"}
@@ -157,12 +157,12 @@ class _Layout:
 def _pool(ctx, x, kind, dtype, shape, out_shape, windows, strides, dilations, padding):
     """MaxPool / ones-kernel Conv where exact; None when the general form is needed."""
     dtype = np.dtype(dtype)
-    floats = (np.float16, np.float32, np.float64)
+    floats = (np.float16, np.float32, np.float64, ml_dtypes.bfloat16)
     if kind == "max" and dtype in (*floats, np.int8, np.uint8):
         pass
     elif kind == "min" and dtype in floats:
         pass
-    elif not (kind == "add" and dtype in (np.float16, np.float32)):
+    elif not (kind == "add" and dtype in (np.float16, np.float32, ml_dtypes.bfloat16)):
         return None
     axes = [
         a
@@ -323,7 +323,7 @@ def _window_cases(kind, prim, expect):
     pool = {"expect": [expect], "variants": ["f32"]} if expect else {}
     return [
         case(f"{kind}_1d", _bind(prim, (3,), (2,), [(1, 1)]), [(7,)], **pool),
-        case(f"{kind}_1d_any", _bind(prim, (3,), (2,), [(1, 1)]), [(7,)]),
+        case(f"{kind}_1d_any", _bind(prim, (3,), (2,), [(1, 1)]), [(7,)], variants=_BF16),
         case(f"{kind}_3d", _bind(prim, (1, 2, 2, 2, 1), (1, 2, 2, 2, 1)), [(1, 4, 4, 5, 2)]),
         case(
             f"{kind}_window_dilation",
@@ -370,7 +370,12 @@ family.lowering(
             expect=["MaxPool"],
             counts={"Transpose": 0},
         ),
-        case("max_nan_inf", _bind(lax.reduce_window_max_p, (2,), (1,), [(1, 1)]), [EDGES]),
+        case(
+            "max_nan_inf",
+            _bind(lax.reduce_window_max_p, (2,), (1,), [(1, 1)]),
+            [EDGES],
+            variants=_BF16,
+        ),
         case(
             "max_bool", _bind(lax.reduce_window_max_p, (2, 2), (1, 1)), [(3, 4)], dtypes=[np.bool_]
         ),
@@ -415,7 +420,7 @@ family.lowering(
             expect=["Conv"],
             variants=["f32"],
         ),
-        case("avg_pool_grad", _avg_pool_grad, [NHWC]),
+        case("avg_pool_grad", _avg_pool_grad, [NHWC], variants=_BF16),
         case("sum_symbolic_channels", generic_window(0.0, lax.add, (1, 2), (1, 2)), [(3, "B")]),
         *_window_cases("sum", lax.reduce_window_sum_p, "Conv"),
         case("sum_f64_slices", _avg_pool, [NHWC], variants=["f64"], counts={"Conv": 0}),
@@ -427,6 +432,14 @@ family.lowering(
     lax.reduce_window_p,
     cases=lambda: [
         case("mul", generic_window(1.0, lax.mul, (1, 2, 2, 1), (1, 2, 2, 1)), [NHWC]),
+        case(
+            "mul_typed_init",  # an init of the operand dtype, as half precision needs
+            lambda x: lax.reduce_window(
+                x, jnp.ones((), x.dtype), lax.mul, (1, 2, 2, 1), (1, 2, 2, 1), "VALID"
+            ),
+            [NHWC],
+            variants=["bf16", "f16"],
+        ),
         case("max_init_zero", generic_window(0.0, lax.max, (2, 2), (1, 1), "SAME"), [(4, 5)]),
         case("add_init_one", generic_window(1.0, lax.add, (1, 3), (1, 2), "SAME"), [("B", 7)]),
         case(
@@ -437,6 +450,7 @@ family.lowering(
             "runtime_init",
             lambda x, init: lax.reduce_window(x, init, lax.max, (2, 2), (2, 1), "SAME"),
             [(5, 4), ()],
+            variants=_BF16,
         ),
     ],
 )(reduce_window)

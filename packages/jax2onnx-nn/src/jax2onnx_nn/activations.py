@@ -3,9 +3,10 @@
 Each ``jax.nn.<name>`` is intercepted while ``to_onnx`` traces and binds the
 macro primitive ``nn.<name>``; the lowering emits the ONNX activation op a
 human would write (``Gelu``, ``Elu``, ``HardSwish`` ...). ONNX Runtime has
-many of these ops in float32 only: other dtypes (float64, float16, integers)
-inline JAX's own decomposition, lowered by jax2onnx-lax, so the numbers are
-exactly JAX's. Batching is ``"elementwise"`` (the batched call is the same
+many of these ops in float32 only: bfloat16 and float16 emit the op too (computed
+in float32 between Casts, as XLA does), other dtypes (float64, integers) inline
+JAX's own decomposition, lowered by jax2onnx-lax, so the numbers are exactly
+JAX's. Batching is ``"elementwise"`` (the batched call is the same
 primitive); the JVP is ``"fallback"`` (JAX's derivative of the original
 function, whose primitives the lax lowerings cover).
 """
@@ -19,7 +20,7 @@ import jax
 import numpy as np
 
 from jax2onnx.plugin import Family, case, kernel_dtypes
-from jax2onnx_nn._util import FLOATS, macro
+from jax2onnx_nn._util import F32, FLOATS, macro
 
 family = Family("nn")
 register = family.register
@@ -50,8 +51,17 @@ def _cases(
     input_range: tuple[float, float] = (-6.0, 6.0),
     edges: bool = True,
     grad: bool = True,
+    halves: Sequence[str] = ("bf16",),
+    halves_on_edges: bool = False,
 ) -> list[Any]:
-    """The standard cases of an activation called as ``fn(x)`` (through ``jax.nn``)."""
+    """The standard cases of an activation called as ``fn(x)`` (through ``jax.nn``).
+
+    ``halves`` (``"bf16"``, ``"f16"``) run on the first case, or on the edges case
+    with ``halves_on_edges`` (a form of several ops, whose path the precision step's
+    Casts interrupt in bfloat16).
+    """
+    main_halves = () if halves_on_edges else tuple(halves)
+    edge_halves = tuple(halves) if halves_on_edges else ()
     out = [
         case(
             name,
@@ -59,7 +69,7 @@ def _cases(
             [("B", 7)],
             expect=[f"{op_expect}:Bx7"],
             counts=counts,
-            variants=["f32"],
+            variants=["f32", *main_halves],
             input_range=input_range,
         ),
         case(
@@ -88,7 +98,7 @@ def _cases(
         ),
     ]
     if edges:
-        out.append(case(f"{name}_edges", fn, [EDGES]))
+        out.append(case(f"{name}_edges", fn, [EDGES], variants=["f32", "f64", *edge_halves]))
     if grad:
         out.append(
             case(f"{name}_grad", jax.grad(lambda x: fn(x).sum()), [("B",)], input_range=input_range)
@@ -183,6 +193,7 @@ log_sigmoid_p = _activation(
         lambda x: jax.nn.log_sigmoid(x),
         "Neg -> Softplus -> Neg",
         f64_counts={"Softplus": 0},
+        halves_on_edges=True,
     ),
     native=kernel_dtypes("Neg", "Softplus"),
 )
@@ -212,7 +223,13 @@ silu_p = _activation(
     lambda ctx, x: ctx.op.Mul(x, ctx.op.Sigmoid(x)),
     "``x * Sigmoid(x)`` (ONNX has no Swish/SiLU op).",
     lambda: [
-        *_cases("silu", lambda x: jax.nn.silu(x), "Sigmoid -> Mul", counts={"Sigmoid": 1}),
+        *_cases(
+            "silu",
+            lambda x: jax.nn.silu(x),
+            "Sigmoid -> Mul",
+            counts={"Sigmoid": 1},
+            halves_on_edges=True,
+        ),
         case("swish", lambda x: jax.nn.swish(x), [("B", 3)], expect=["Sigmoid -> Mul:Bx3"]),
     ],
     native=kernel_dtypes("Sigmoid", "Mul"),
@@ -230,13 +247,29 @@ elu_p = _activation(
     ],
     native=kernel_dtypes("Elu"),
 )
+
+
+def _celu(ctx, x, alpha):
+    dtype = ctx.avals_in[0].dtype
+    y = ctx.op.Celu(ctx.cast(x, F32), alpha=float(alpha))
+    return ctx.cast(y, dtype)
+
+
 celu_p = _activation(
     "celu",
     _NN.celu,
-    lambda ctx, x, alpha: ctx.op.Celu(x, alpha=float(alpha)),
-    "One Celu with ``alpha`` (ONNX defines Celu for float32 only).",
+    lambda ctx, x, alpha: _celu(ctx, x, alpha),
+    "One Celu with ``alpha`` (ONNX defines Celu for float32 only: bfloat16 and float16 "
+    "compute it in float32 between Casts).",
     lambda: [
-        *_cases("celu", lambda x: jax.nn.celu(x), "Celu", f64_counts={"Celu": 0}),
+        *_cases(
+            "celu",
+            lambda x: jax.nn.celu(x),
+            "Celu",
+            f64_counts={"Celu": 0},
+            halves=("bf16", "f16"),
+            halves_on_edges=True,  # Casts around the float32 Celu
+        ),
         case(
             "celu_alpha", lambda x: jax.nn.celu(x, 2.0), [(2, 3)], expect=["Celu"], variants=["f32"]
         ),
@@ -333,7 +366,12 @@ gelu_p = _activation(
     "One Gelu (``approximate='tanh'`` or ``'none'``).",
     lambda: [
         *_cases(
-            "gelu", lambda x: jax.nn.gelu(x), "Gelu", counts={"Tanh": 0}, f64_counts={"Gelu": 0}
+            "gelu",
+            lambda x: jax.nn.gelu(x),
+            "Gelu",
+            counts={"Tanh": 0},
+            f64_counts={"Gelu": 0},
+            halves=("bf16", "f16"),
         ),
         *_cases(
             "gelu_exact",
@@ -341,6 +379,7 @@ gelu_p = _activation(
             "Gelu",
             counts={"Erf": 0},
             f64_counts={"Gelu": 0},
+            halves=("bf16", "f16"),
         ),
         case(
             "gelu_array_option",
@@ -374,7 +413,12 @@ squareplus_p = _activation(
     lambda ctx, x, b: ctx.op.Div(ctx.op.Add(x, ctx.op.Sqrt(ctx.op.Add(ctx.op.Mul(x, x), b))), 2),
     "``(x + Sqrt(x*x + b)) / 2`` (no ONNX op).",
     lambda: [
-        *_cases("squareplus", lambda x: jax.nn.squareplus(x), "Mul -> Add -> Sqrt -> Add -> Div"),
+        *_cases(
+            "squareplus",
+            lambda x: jax.nn.squareplus(x),
+            "Mul -> Add -> Sqrt -> Add -> Div",
+            halves_on_edges=True,
+        ),
         case("squareplus_b", lambda x: jax.nn.squareplus(x, 1.5), [(2, 3)]),
     ],
     native=FLOATS,
@@ -409,6 +453,7 @@ sparse_sigmoid_p = _activation(
         lambda x: jax.nn.sparse_sigmoid(x),
         "HardSigmoid",
         input_range=(-2.0, 2.0),
+        halves_on_edges=True,  # the fusion to HardSigmoid is a float32 one
     ),
     native=FLOATS,
 )
@@ -418,7 +463,13 @@ log1mexp_p = _activation(
     None,
     "",
     lambda: [
-        case("log1mexp", lambda x: jax.nn.log1mexp(x), [("B", 7)], input_range=(0.01, 5.0)),
+        case(
+            "log1mexp",
+            lambda x: jax.nn.log1mexp(x),
+            [("B", 7)],
+            input_range=(0.01, 5.0),
+            variants=["f32", "f64", "bf16"],
+        ),
         case(
             "log1mexp_vmap",
             jax.vmap(lambda x: jax.nn.log1mexp(x)),

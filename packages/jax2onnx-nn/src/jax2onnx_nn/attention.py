@@ -5,7 +5,8 @@ The lowering emits one ONNX ``Attention`` (opset 23) in its 3-D form: JAX's
 ``kv_num_heads``, so grouped-query heads need no Transpose. ``bias`` and a
 boolean ``mask`` become one float ``attn_mask``: ``bias + Where(mask, 0, big)``
 with JAX's large negative number ``big`` (finite, so a fully masked row is
-uniform, as in JAX, not zero as ONNX's ``-inf`` would give). Float64 (JAX runs
+uniform, as in JAX, not zero as ONNX's ``-inf`` would give); that mask is float32,
+as JAX's logits are for bfloat16/float16 operands too. Float64 (JAX runs
 the softmax in float32), ``local_window_size`` and symbolic sequence lengths
 with both ``mask`` and ``is_causal`` inline JAX's decomposition.
 
@@ -23,11 +24,20 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jax2onnx.plugin import Family, batch_at_front, call_arguments, case, is_symbolic, kernel_dtypes
+from jax2onnx.plugin import (
+    Family,
+    batch_at_front,
+    call_arguments,
+    case,
+    is_symbolic,
+    kernel_dtypes,
+    onnx_dtype,
+)
 
 family = Family("nn")
 register = family.register
 
+F32 = np.dtype(np.float32)
 _dpa = jax.nn.dot_product_attention  # the original, captured before interception
 
 
@@ -117,7 +127,7 @@ _MASK_ROW[0, 0, 2] = False  # a fully masked row: uniform in JAX
 @family.lowering(
     attention_p,
     min_opset=23,
-    native_dtypes=(*kernel_dtypes("Attention"), np.bool_),  # float32 operands, a boolean mask
+    native_dtypes=(*kernel_dtypes("Attention"), np.bool_),  # float32 (and half), a bool mask
     cases=lambda: [
         case(
             "dpa",
@@ -139,7 +149,7 @@ _MASK_ROW[0, 0, 2] = False  # a fully masked row: uniform in JAX
             lambda q, k, v: jax.nn.dot_product_attention(q, k, v, is_causal=True, scale=0.5),
             _GQA,
             counts={"Attention": 1},
-            variants=["f32"],
+            variants=["f32", "bf16"],
         ),
         case(
             "dpa_bias_mask",
@@ -148,7 +158,7 @@ _MASK_ROW[0, 0, 2] = False  # a fully masked row: uniform in JAX
             ),
             [*_BTNH, ("B", 4, 5, 6)],
             counts={"Attention": 1},
-            variants=["f32"],
+            variants=["f32", "bf16", "f16"],
         ),
         case(
             "dpa_bias_one_head",
@@ -164,7 +174,7 @@ _MASK_ROW[0, 0, 2] = False  # a fully masked row: uniform in JAX
             ),
             [(2, 5, 4, 8), (2, 6, 4, 8), (2, 6, 4, 8)],
             counts={"Attention": 1},
-            variants=["f32"],
+            variants=["f32", "bf16", "f16"],
         ),
         case(
             "dpa_tnh",
@@ -242,9 +252,10 @@ def dot_product_attention(
     if mask is not None:
         if fold_causal:
             mask = ctx.op.And(mask, np.tril(np.ones((int(t_len), int(s_len)), bool)))
+        # float32 as JAX's logits (bfloat16/float16 operands too): a finite ``big``
         big = np.asarray(-0.7 * np.finfo(np.float32).max, np.float32)
         additive = ctx.op.Where(mask, np.zeros((), np.float32), big)
-        attn_mask = additive if bias is None else ctx.op.Add(bias, additive)
+        attn_mask = additive if bias is None else ctx.op.Add(ctx.cast(bias, F32), additive)
     y = ctx.op.Attention(
         q3,
         k3,
@@ -255,6 +266,7 @@ def dot_product_attention(
         scale=float(1.0 / np.sqrt(head) if scale is None else scale),
         is_causal=int(is_causal and not fold_causal),
     )
+    y.dtype = onnx_dtype(ctx.avals_in[0].dtype)  # the builder does not know Attention's dtype
     out = ctx.op.Reshape(y, ctx.i64([0, 0, int(n_heads), int(v_head)]))
     if unbatched:
         out = ctx.op.Squeeze(out, ctx.i64([0]))

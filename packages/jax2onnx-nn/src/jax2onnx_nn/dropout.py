@@ -31,6 +31,7 @@ register = family.register
 
 def _dropout_impl(x, flag, *, rate, broadcast_dims):
     """``(y, mask)``: dropout switched off by an array flag."""
+    x = jnp.asarray(x)  # a NumPy bfloat16 operand would divide to float32
     keep = 1.0 - rate
     shape = list(x.shape)
     for d in broadcast_dims:
@@ -95,7 +96,7 @@ def _flagged(x, flag):
 def _mask_free(x, flag):
     """``where(y == 0, x / keep, y)`` is ``x / keep`` in training mode whatever the draw."""
     y = switched(x, flag, 0.25)
-    return jnp.where(y == 0, x / 0.75, y)
+    return jnp.where(y == 0, jnp.divide(x, 0.75), y)  # (NumPy's bfloat16 x / 0.75 is float32)
 
 
 def _broadcast(x, flag):
@@ -127,6 +128,7 @@ _FLAGS = np.array([True, False, True, False])
             [("B", 6), _FALSE],
             expect=["Dropout -> Where -> Equal"],
             input_range=(0.5, 2.0),
+            variants=["f32", "f64", "bf16"],
         ),
         case(
             "dropout_broadcast_dims",

@@ -88,7 +88,12 @@ _MASK = np.array([[True, False, True, True], [False, False, True, False], [True]
             [("B", 4)],
             counts={"ReduceMax": 1},
         ),
-        case("logmeanexp_edges", lambda x: jax.nn.logmeanexp(x, axis=1), [_EDGES]),
+        case(
+            "logmeanexp_edges",
+            lambda x: jax.nn.logmeanexp(x, axis=1),
+            [_EDGES],
+            variants=["f32", "f64", "bf16"],
+        ),
         case(
             "logmeanexp_where",
             lambda x: jax.nn.logmeanexp(x, axis=1, where=_MASK),

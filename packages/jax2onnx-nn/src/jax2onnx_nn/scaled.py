@@ -198,6 +198,7 @@ _SHAPES = [("B", 3, 64), ("B", 4, 64), ("B", 3, 2), ("B", 4, 2)]
             _via_jax_nn,
             _SHAPES,
             expect=["Reshape -> Mul -> Reshape -> MatMul"],
+            variants=["f32", "f64", "bf16"],
         ),
         case(
             "per_element_scales",

@@ -31,7 +31,7 @@ from jax2onnx.plugin import (
     kernel_dtypes,
     onnx_dtype,
 )
-from jax2onnx_nn._util import F32, FLOATS, canonical_axes, macro, shifted_axis
+from jax2onnx_nn._util import FLOATS, canonical_axes, macro, shifted_axis
 
 family = Family("nn")
 register = family.register
@@ -98,7 +98,13 @@ _MASK = np.array([[True, False, True, True], [False, True, True, False]])
     softmax_p,
     native_dtypes=kernel_dtypes("Softmax"),
     cases=lambda: [
-        case("softmax", lambda x: jax.nn.softmax(x), [("B", 5)], expect=["Softmax:Bx5"]),
+        case(
+            "softmax",
+            lambda x: jax.nn.softmax(x),
+            [("B", 5)],
+            expect=["Softmax:Bx5"],
+            variants=["f32", "f64", "bf16"],
+        ),
         case(
             "softmax_axis0",
             lambda x: jax.nn.softmax(x, axis=0),
@@ -184,7 +190,7 @@ log_softmax_p = macro(
             lambda x: jax.nn.log_softmax(x),
             [("B", 5)],
             expect=["LogSoftmax:Bx5"],
-            variants=["f32"],
+            variants=["f32", "bf16", "f16"],
         ),
         case("log_softmax_f64", lambda x: jax.nn.log_softmax(x), [("B", 5)], variants=["f64"]),
         case(
@@ -288,7 +294,12 @@ _LSE_EDGES = np.array(
             [(2, "B", 4)],
             counts={"ReduceMax": 1},
         ),
-        case("logsumexp_edges", lambda x: jax.nn.logsumexp(x, axis=1), [_LSE_EDGES]),
+        case(
+            "logsumexp_edges",
+            lambda x: jax.nn.logsumexp(x, axis=1),
+            [_LSE_EDGES],
+            variants=["f32", "f64", "bf16"],
+        ),
         case(
             "logsumexp_b",
             lambda x, b: jax.nn.logsumexp(x, axis=-1, b=b),
@@ -368,6 +379,7 @@ standardize_p = macro(
             lambda x: jax.nn.standardize(x),
             [("B", 6)],
             expect=["LayerNormalization:Bx6"],
+            variants=["f32", "f64", "bf16", "f16"],
         ),
         case(
             "standardize_trailing",
@@ -445,7 +457,13 @@ glu_p = macro(
     native_dtypes=kernel_dtypes("Split", "Sigmoid", "Mul"),
     cases=lambda: [
         case("glu", lambda x: jax.nn.glu(x), [("B", 6)], expect=["Split -> Sigmoid -> Mul:Bx3"]),
-        case("glu_axis0", lambda x: jax.nn.glu(x, axis=0), [(4, "B")], expect=["Split"]),
+        case(
+            "glu_axis0",
+            lambda x: jax.nn.glu(x, axis=0),
+            [(4, "B")],
+            expect=["Split"],
+            variants=["f32", "f64", "bf16"],
+        ),
         case("glu_opset17", lambda x: jax.nn.glu(x), [(2, 6)], opset=17, expect=["Split"]),
         case(
             "glu_vmap",
@@ -469,6 +487,8 @@ def glu(ctx, x, *, axis):
     half = int(shape[position]) // 2
     sizes = ctx.i64([half, half])
     first, second = ctx.op.Split(x, sizes, axis=position, _outputs=2)
+    first.dtype = second.dtype = onnx_dtype(ctx.avals_in[0].dtype)  # the builder does not
+    # know Split's output dtypes (the precision step reads them)
     return ctx.op.Mul(first, ctx.op.Sigmoid(second))
 
 
@@ -506,6 +526,12 @@ _LABELS = np.array([0, 2, -1, 3, 1, 7], np.int32)
             expect=["Unsqueeze -> Equal -> Cast:Bx4"],
         ),
         case("one_hot_out_of_range", lambda x: jax.nn.one_hot(x, 4), [_LABELS]),
+        case(
+            "one_hot_float_labels",
+            lambda x: jax.nn.one_hot(x, 4),
+            [np.array([0.0, 2.0, -1.0, 3.0, 1.5, 4.0])],
+            variants=["f32", "bf16", "f16"],
+        ),
         case(
             "one_hot_axis0_int8",
             lambda x: jax.nn.one_hot(x, 3, axis=0, dtype=jnp.int32),
@@ -548,10 +574,8 @@ def one_hot(ctx, x, *, num_classes, dtype, axis):
     position = axis % (ndim + 1)
     if np.issubdtype(in_dtype, np.integer) or in_dtype == np.bool_:
         cmp = np.dtype(np.int64)
-    elif in_dtype in FLOATS:
-        cmp = in_dtype
     else:
-        cmp = F32  # float16/bfloat16 widen exactly
+        cmp = in_dtype
     lhs = ctx.op.Unsqueeze(ctx.cast(x, cmp), ctx.i64([position]))
     iota = np.arange(num_classes, dtype=cmp).reshape([num_classes] + [1] * (ndim - position))
     return ctx.op.Cast(ctx.op.Equal(lhs, iota), to=onnx_dtype(ctx.avals_out[0].dtype))

@@ -292,6 +292,8 @@ def _worst(w: np.ndarray, h: np.ndarray) -> str:
 
 
 def _run_jax(fn, args, params, precision):
+    if precision in ("bf16", "f16"):  # NumPy arithmetic on ml_dtypes arrays gives float32
+        args = [jax.numpy.asarray(a) if a.dtype == _float(precision) else a for a in args]
     with jax.enable_x64(precision == "f64"):
         out = fn(*args, **params)
         return [np.asarray(x) for x in jax.tree_util.tree_leaves(out)]

@@ -60,17 +60,13 @@ def optimize(
 
     ``normalization_mode`` and ``native_half_precision`` are ``to_onnx``'s:
     ``"force_decomposed"`` keeps normalisations written op by op as they are;
-    ``native_half_precision=True`` skips the precision step.
+    ``native_half_precision=True`` keeps bfloat16 ops wherever ONNX allows them.
     """
-    precision = (
-        []
-        if native_half_precision
-        else [
-            WidenHalfPrecisionPass(),
-            FoldCastsPass(),
-            common.RemoveUnusedNodesPass(),
-        ]
-    )
+    precision = [
+        WidenHalfPrecisionPass(native=native_half_precision),
+        FoldCastsPass(),
+        common.RemoveUnusedNodesPass(),
+    ]
     passes = ir.passes.Sequential(
         EliminateIdentitiesPass(),
         FoldConstantsPass(),

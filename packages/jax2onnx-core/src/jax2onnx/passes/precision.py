@@ -1,26 +1,27 @@
-"""The precision step: bfloat16 ops ONNX Runtime's CPU provider cannot run compute in float32.
+"""The precision step: half-precision ops ONNX Runtime's CPU provider cannot run compute in float32.
 
-Rules emit bfloat16 ops as the jaxpr computes them (see
+Rules emit bfloat16 and float16 ops as the jaxpr computes them (see
 :func:`jax2onnx.kernels.has_kernel`). :class:`WidenHalfPrecisionPass` then
 gives every such op without a CPU kernel of its own
 (:func:`jax2onnx.kernels.native_kernel`, the table read from ONNX Runtime's
-kernel registry) float32 operands and Casts its results back to bfloat16.
-XLA's CPU backend computes bfloat16 elementwise math the same way, so
-the numbers are the ones JAX computes on CPU: each op rounds to bfloat16
-once, where the jaxpr says. (Under ``jax.jit`` XLA may skip the rounding of a
-result that is only converted to float32; the model keeps it, as JAX does op
-by op.)
+kernel registry) float32 operands and Casts its results back. XLA's CPU
+backend computes half-precision elementwise math the same way, so the
+numbers are the ones JAX computes on CPU: each op rounds once, where the
+jaxpr says. (Under ``jax.jit`` XLA may skip the rounding of a result that is
+only converted to float32; the model keeps it, as JAX does op by op.)
+ONNX Runtime would widen the float16 ops it lacks by itself, but without the
+roundings between ops, so float16 is widened here too.
 
 :class:`FoldCastsPass` removes the Cast pairs that cancel: a widening Cast
 followed by the Cast back (bfloat16 -> float32 -> bfloat16), and a rounding
 Cast pair (float32 -> bfloat16 -> float32) around a value that is already a
 bfloat16 number (a widened bfloat16 value, passed through ops that only move,
-select or negate values). Other pairs round, as JAX does, and stay.
+select or negate values); float16 alike. Other pairs round, as JAX does, and
+stay.
 
-float16 needs neither: ONNX Runtime computes the float16 ops it lacks kernels
-for in float32 itself. ``to_onnx(native_half_precision=True)`` skips the step
-and keeps every bfloat16 op for runtimes that have the kernels (TensorRT, ONNX
-Runtime CUDA and DirectML, onnxruntime-web WebGPU).
+``to_onnx(native_half_precision=True)`` keeps every half-precision op the
+ONNX schema allows, for runtimes that have the kernels (TensorRT, ONNX Runtime
+CUDA and DirectML, onnxruntime-web WebGPU).
 """
 
 from __future__ import annotations
@@ -33,7 +34,9 @@ from jax2onnx._ir import ir
 from jax2onnx.kernels import BFLOAT16, DEFAULT_OPSET, F32, native_kernel
 
 _BF16 = ir.DataType.BFLOAT16
+_F16 = ir.DataType.FLOAT16
 _F32 = ir.DataType.FLOAT
+_NUMPY = {_BF16: BFLOAT16, _F16: np.dtype(np.float16)}
 # ops that are not kernels, or whose bfloat16 operands are not data
 _SKIP = frozenset({"Constant", "Cast", "CastLike"})
 # ops whose result holds only values of their operands, negated at most: a bfloat16
@@ -88,22 +91,42 @@ class _Names:
         return name
 
 
-def _is_bf16(value: ir.Value | None) -> bool:
-    return value is not None and value.dtype == _BF16
+def _is_half(value: ir.Value | None, half: ir.DataType) -> bool:
+    return value is not None and value.dtype == half
 
 
-def _dtype_attr(node: ir.Node) -> bool:
+def _dtype_attr(node: ir.Node, half: ir.DataType = _BF16) -> bool:
     attr = node.attributes.get("dtype")
-    return attr is not None and attr.type == ir.AttributeType.INT and attr.value == _BF16
+    return attr is not None and attr.type == ir.AttributeType.INT and attr.value == half
+
+
+def _half_of(node: ir.Node) -> ir.DataType | None:
+    """The half-precision type ``node`` computes in, if any (bfloat16 first)."""
+    values = [*node.inputs, *node.outputs]
+    for half in (_BF16, _F16):
+        if any(_is_half(v, half) for v in values) or _dtype_attr(node, half):
+            return half
+    return None
+
+
+def _attributes(node: ir.Node) -> dict[str, Any]:
+    return {name: attr.value for name, attr in node.attributes.items()}
 
 
 class WidenHalfPrecisionPass(ir.passes.InPlacePass):
-    """Every bfloat16 op without an ONNX Runtime CPU kernel computes in float32 between Casts.
+    """Every half-precision op without an ONNX Runtime CPU kernel computes in float32.
 
-    Operands are widened once per value (one Cast however many ops read it);
-    results are Cast back to bfloat16 under their own names, so graph outputs
-    and consumers are unchanged.
+    Its bfloat16 or float16 operands are Cast to float32 (once per value,
+    however many ops read it) and its results Cast back under their own
+    names, so graph outputs and consumers are unchanged. With ``native=True``
+    (``to_onnx``'s ``native_half_precision``) only the ops whose ONNX schema
+    has no bfloat16 or float16 (``Einsum``, ``TopK``, ``Celu`` ... at some
+    opsets) are widened, so the model stays valid ONNX.
     """
+
+    def __init__(self, native: bool = False) -> None:
+        super().__init__()
+        self.native = native
 
     def call(self, model: ir.Model) -> ir.passes.PassResult:
         opset = model.opset_imports.get("", DEFAULT_OPSET)
@@ -113,56 +136,128 @@ class WidenHalfPrecisionPass(ir.passes.InPlacePass):
         for graph in graphs:
             widened: dict[int, ir.Value] = {}
             for node in list(graph):
-                if self._needs(node, opset):
-                    self._widen(graph, node, widened, names)
+                half = _half_of(node)
+                if half is not None and self._needs(node, half, opset):
+                    _widen(model.graph, graph, node, half, widened, names, opset)
                     modified = True
         return ir.passes.PassResult(model, modified)
 
-    @staticmethod
-    def _needs(node: ir.Node, opset: int) -> bool:
+    def _needs(self, node: ir.Node, half: ir.DataType, opset: int) -> bool:
         if node.domain not in ("", "ai.onnx") or node.op_type in _SKIP:
             return False
-        values = [*node.inputs, *node.outputs]
-        if not (any(_is_bf16(v) for v in values) or _dtype_attr(node)):
+        if self.native:
+            return not _schema_takes(node, half, opset)
+        if not native_kernel(node.op_type, F32, opset):
             return False
-        return not native_kernel(node.op_type, BFLOAT16, opset) and native_kernel(
-            node.op_type, F32, opset
-        )
-
-    @staticmethod
-    def _widen(graph: Any, node: ir.Node, widened: dict[int, ir.Value], names: _Names) -> None:
-        for index, value in enumerate(node.inputs):
-            if not _is_bf16(value):
-                continue
-            wide = widened.get(id(value))
-            if wide is None:
-                cast = ir.Node("", "Cast", [value], attributes=[ir.AttrInt64("to", _F32)])
-                cast.metadata_props.update(node.metadata_props)
-                graph.insert_before(node, cast)
-                wide = cast.outputs[0]
-                wide.dtype, wide.shape = _F32, value.shape
-                wide.name = names(value.name)
-                widened[id(value)] = wide
-            node.replace_input_with(index, wide)
-        if _dtype_attr(node):
-            node.attributes["dtype"] = ir.AttrInt64("dtype", _F32)
-        for out in node.outputs:
-            if _is_bf16(out):
-                _narrow_result(graph, node, out, names(out.name))
+        return not native_kernel(node.op_type, _NUMPY[half], opset, _attributes(node))
 
 
-def _narrow_result(graph: Any, node: ir.Node, out: ir.Value, wide_name: str) -> None:
-    """``out`` becomes float32; its users read it Cast back to bfloat16."""
+def _widen(
+    main: ir.Graph,
+    graph: Any,
+    node: ir.Node,
+    half: ir.DataType,
+    widened: dict[int, ir.Value],
+    names: _Names,
+    opset: int,
+) -> None:
+    """``node`` computes in float32: its ``half`` operands widened, its results Cast back."""
+    half_types = _half_type_params(node, half, opset)
+    for index, value in enumerate(node.inputs):
+        if not _is_half(value, half):
+            continue
+        wide = widened.get(id(value))
+        # a scalar becomes a float32 initializer (a function body sees no initializers)
+        if wide is None and _small_constant(value) and not isinstance(graph, ir.Function):
+            array = value.const_value.numpy().astype(np.float32)
+            wide = ir.Value(
+                name=names(value.name),
+                shape=ir.Shape(array.shape),
+                type=ir.TensorType(_F32),
+                const_value=ir.Tensor(array),
+            )
+            main.register_initializer(wide)
+            widened[id(value)] = wide
+        if wide is None:
+            cast = ir.Node("", "Cast", [value], attributes=[ir.AttrInt64("to", _F32)])
+            cast.metadata_props.update(node.metadata_props)
+            graph.insert_before(node, cast)
+            wide = cast.outputs[0]
+            wide.dtype, wide.shape = _F32, value.shape
+            wide.name = names(value.name)
+            widened[id(value)] = wide
+        node.replace_input_with(index, wide)
+    if _dtype_attr(node, half):
+        node.attributes["dtype"] = ir.AttrInt64("dtype", _F32)
+    for index, out in enumerate(node.outputs):
+        if out.dtype is None and _output_type(node, index, opset) in half_types:
+            out.dtype = half  # a rule left it untyped; its type is its inputs'
+        if _is_half(out, half):
+            _narrow_result(graph, node, out, half, names(out.name))
+
+
+def _schema(node: ir.Node, opset: int) -> Any:
+    import onnx
+
+    try:
+        return onnx.defs.get_schema(node.op_type, opset, node.domain or "")
+    except onnx.defs.SchemaError:
+        return None
+
+
+def _half_type_params(node: ir.Node, half: ir.DataType, opset: int) -> set[str]:
+    """The schema's type parameters (``T`` ...) that ``node``'s ``half`` inputs bind."""
+    schema = _schema(node, opset)
+    if schema is None:
+        return set()
+    formal = list(schema.inputs)
+    found = set()
+    for index, value in enumerate(node.inputs):
+        if _is_half(value, half) and formal:
+            param = formal[min(index, len(formal) - 1)]  # a variadic last input repeats
+            found.add(param.type_str)
+    return found
+
+
+def _schema_takes(node: ir.Node, half: ir.DataType, opset: int) -> bool:
+    """Whether the op's ONNX schema admits ``half`` where ``node`` has it."""
+    schema = _schema(node, opset)
+    if schema is None:
+        return True  # not ours to judge
+    allowed = {c.type_param_str: c.allowed_type_strs for c in schema.type_constraints}
+    params = _half_type_params(node, half, opset) | {
+        _output_type(node, i, opset) for i, out in enumerate(node.outputs) if _is_half(out, half)
+    }
+    wanted = "tensor(bfloat16)" if half == _BF16 else "tensor(float16)"
+    return all(wanted in allowed[p] for p in params if p in allowed)
+
+
+def _output_type(node: ir.Node, index: int, opset: int) -> str | None:
+    schema = _schema(node, opset)
+    if schema is None or not schema.outputs:
+        return None
+    return schema.outputs[min(index, len(schema.outputs) - 1)].type_str
+
+
+def _small_constant(value: ir.Value) -> bool:
+    """A scalar constant (arrays, weights among them, keep their dtype and get a Cast)."""
+    return value.const_value is not None and value.const_value.size <= 1
+
+
+def _narrow_result(
+    graph: Any, node: ir.Node, out: ir.Value, half: ir.DataType, wide_name: str
+) -> None:
+    """``out`` becomes float32; its users read it Cast back to ``half``."""
     uses = list(out.uses())
     outputs = [i for i, v in enumerate(graph.outputs) if v is out]
     name = out.name
     out.dtype = _F32
     out.name = wide_name
-    back = ir.Node("", "Cast", [out], attributes=[ir.AttrInt64("to", _BF16)])
+    back = ir.Node("", "Cast", [out], attributes=[ir.AttrInt64("to", half)])
     back.metadata_props.update(node.metadata_props)
     graph.insert_after(node, back)
     narrow = back.outputs[0]
-    narrow.dtype, narrow.shape, narrow.name = _BF16, out.shape, name
+    narrow.dtype, narrow.shape, narrow.name = half, out.shape, name
     for use in uses:
         use.node.replace_input_with(use.idx, narrow)
     for i in outputs:
@@ -175,7 +270,7 @@ class FoldCastsPass(ir.passes.InPlacePass):
     def call(self, model: ir.Model) -> ir.passes.PassResult:
         modified = False
         for graph in _graphs(model):
-            exact: dict[int, bool] = {}
+            exact: dict[tuple[int, int], bool] = {}
             for node in list(graph):
                 if node.op_type != "Cast" or node.domain not in ("", "ai.onnx"):
                     continue
@@ -209,7 +304,7 @@ _LOSSLESS = {  # widening Casts that keep every value
 }  # fmt: skip
 
 
-def _cancelled(cast: ir.Node, exact: dict[int, bool]) -> ir.Value | None:
+def _cancelled(cast: ir.Node, exact: dict[tuple[int, int], bool]) -> ir.Value | None:
     """The value ``cast`` gives back unchanged, or None."""
     x = cast.inputs[0]
     if x is None or x.dtype is None:
@@ -224,25 +319,30 @@ def _cancelled(cast: ir.Node, exact: dict[int, bool]) -> ir.Value | None:
         return None
     if (source.dtype, x.dtype) in _LOSSLESS:  # widen, then narrow back
         return source
-    if (source.dtype, x.dtype) == (_F32, _BF16) and _bf16_values(source, exact, 0):
-        return source  # rounding a bfloat16 number to bfloat16
+    if source.dtype == _F32 and x.dtype in _NUMPY and _half_values(source, x.dtype, exact, 0):
+        return source  # rounding a bfloat16 (float16) number to bfloat16 (float16)
     return None
 
 
-def _bf16_values(value: ir.Value, exact: dict[int, bool], depth: int) -> bool:
-    """Whether every element of float32 ``value`` is a bfloat16 number."""
-    known = exact.get(id(value))
+def _half_values(
+    value: ir.Value, half: ir.DataType, exact: dict[tuple[int, int], bool], depth: int
+) -> bool:
+    """Whether every element of float32 ``value`` is a ``half`` number."""
+    key = (id(value), int(half))
+    known = exact.get(key)
     if known is not None:
         return known
     result = False
     if value.const_value is not None:
         array = value.const_value.numpy()
-        result = bool(np.array_equal(array.astype(BFLOAT16).astype(array.dtype), array))
+        narrow = _NUMPY[half]
+        with np.errstate(over="ignore", invalid="ignore"):
+            result = bool(np.array_equal(array.astype(narrow).astype(array.dtype), array))
     elif depth < 64 and (node := value.producer()) is not None:
         positions = _EXACT.get(node.op_type, ())
         if node.op_type == "Cast":
             source = node.inputs[0]
-            result = source is not None and source.dtype in (_BF16, ir.DataType.BOOL)
+            result = source is not None and source.dtype in (half, ir.DataType.BOOL)
         elif positions != () and node.domain in ("", "ai.onnx"):
             inputs = (
                 node.inputs
@@ -250,7 +350,8 @@ def _bf16_values(value: ir.Value, exact: dict[int, bool], depth: int) -> bool:
                 else [node.inputs[i] for i in positions if i < len(node.inputs)]
             )
             result = all(
-                v is None or v.dtype != _F32 or _bf16_values(v, exact, depth + 1) for v in inputs
+                v is None or v.dtype != _F32 or _half_values(v, half, exact, depth + 1)
+                for v in inputs
             )
-    exact[id(value)] = result
+    exact[key] = result
     return result
