@@ -106,11 +106,17 @@ def coverage(
         rules = plugin.rules
         if rules is None or (plugin_names and plugin.name not in plugin_names):
             continue
-        # primitives one function lowers (aliases such as jit/pjit) share a row
+        # primitives one function lowers (aliases such as jit/pjit) share a row; of a
+        # primitive's lowerings (real, complex), the widest sharing names the row, so the
+        # row does not depend on the order the family modules loaded in
         label: dict[str, str] = {}
         for lowering in rules.lowerings:
-            names = [lw.primitive for lw in rules.lowerings if lw.fn is lowering.fn]
-            label[lowering.primitive] = ", ".join(dict.fromkeys(names))
+            names = list(
+                dict.fromkeys(lw.primitive for lw in rules.lowerings if lw.fn is lowering.fn)
+            )
+            known = label.get(lowering.primitive)
+            if known is None or len(names) > len(known.split(", ")):
+                label[lowering.primitive] = ", ".join(names)
         for name in label:
             row_for(plugin.name, label[name])
         for component, case in rules.cases:

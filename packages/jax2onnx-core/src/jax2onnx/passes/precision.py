@@ -287,6 +287,8 @@ class FoldCastsPass(ir.passes.InPlacePass):
                         continue
                     ir.convenience.replace_all_uses_with(out, source, replace_graph_outputs=True)
                     source.name, out.name = out.name, f"{out.name}__folded"
+                    if source.shape is None:  # a graph output keeps the shape it declared
+                        source.shape = out.shape
                 else:
                     ir.convenience.replace_all_uses_with(out, source)
                 modified = True
