@@ -23,7 +23,7 @@ family = Family("lax")
 
 
 _INT64_MIN = np.iinfo(np.int64).min
-_BF16 = ["f32", "f64", "bf16"]  # the float cases given half-precision variants
+_HALF_VARIANTS = ["f32", "f64", "bf16"]  # the float cases given half-precision variants
 _HALF = ["f32", "f64", "bf16", "f16"]
 
 _ORDERED = {  # for max/min/argmax/argmin; uint64 is handled by a bias into int64
@@ -245,7 +245,7 @@ def _prod(axes):
     lax.reduce_prod_p,
     cases=lambda: [
         case("prod_last", lambda x: jnp.prod(x, axis=-1), [("B", 4)], expect=["ReduceProd:B"]),
-        case("prod_all", jnp.prod, [(2, 3)], input_range=(0.5, 1.5), variants=_BF16),
+        case("prod_all", jnp.prod, [(2, 3)], input_range=(0.5, 1.5), variants=_HALF_VARIANTS),
         case("prod_opset17", _prod((0,)), [(3, 4)], opset=17),
         case("prod_no_axes", _prod(()), [(3,)]),
         case("prod_empty_dim", _prod((0,)), [(0, 3)]),
@@ -275,12 +275,12 @@ def _extreme_cases(name, fn, prim_fn):
             lambda x: fn(x, axis=-1),
             [("B", 4)],
             expect=[f"Reduce{name} -> Where:B"],
-            variants=_BF16,
+            variants=_HALF_VARIANTS,
         ),
         case(f"{name}_all", fn, [(3, 4)]),
         case(f"{name}_opset17", lambda x: fn(x, axis=0), [(3, 4)], opset=17),
         case(f"{name}_int", lambda x: fn(x, axis=1), [np.array([[1, 5], [3, -4]], np.int32)]),
-        case(f"{name}_nan", bind((1,)), [_NAN_ROWS], variants=_BF16),
+        case(f"{name}_nan", bind((1,)), [_NAN_ROWS], variants=_HALF_VARIANTS),
         case(f"{name}_nan_columns", bind((0,)), [_NAN_ROWS]),
         case(f"{name}_nan_opset17", bind((1,)), [_NAN_ROWS], opset=17),
         case(f"{name}_no_axes", bind(()), [(3,)]),
@@ -411,13 +411,17 @@ def _arg_cases(name, op_type, fn, prim):
 
     return [
         case(
-            f"{name}_last", lambda x: fn(x, axis=-1), [("B", 4)], expect=[op_type], variants=_BF16
+            f"{name}_last",
+            lambda x: fn(x, axis=-1),
+            [("B", 4)],
+            expect=[op_type],
+            variants=_HALF_VARIANTS,
         ),
         case(f"{name}_first", lambda x: fn(x, axis=0), [("B", 4)]),
         case(f"{name}_opset17", bind(1), [(3, 4)], opset=17),
         case(f"{name}_nan", bind(1), [_NAN_ROWS]),
         case(f"{name}_nan_columns", bind(0), [_NAN_ROWS]),
-        case(f"{name}_ties", bind(1), [_TIES], variants=_BF16),
+        case(f"{name}_ties", bind(1), [_TIES], variants=_HALF_VARIANTS),
         case(f"{name}_index_int64", bind(1, np.int64), [_TIES], variants=["f64"]),
         case(f"{name}_f16", bind(1), [(3, 4)], dtypes=[np.float16]),
         case(f"{name}_bool", bind(1), [_BOOLS]),
@@ -510,7 +514,7 @@ _NO_SHARDING = {lax.reduce_and_p, lax.reduce_or_p, lax.reduce_xor_p}
             "min_runtime_init",
             lambda x, i: lax.reduce(x, i, lax.min, (0,)),
             [(3, 4), ()],
-            variants=_BF16,
+            variants=_HALF_VARIANTS,
         ),
         case(
             "or_bool",
