@@ -215,6 +215,7 @@ def run_page(page: str, directory: pathlib.Path) -> None:
         runner.run(block)
 
 
+@pytest.mark.full_suite
 @pytest.mark.parametrize("page", [p for p in PAGES if blocks(p)])
 def test_page_code_blocks_run(page, tmp_path):
     page_blocks = blocks(page)

@@ -57,6 +57,7 @@ def pytest_generate_tests(metafunc):
         metafunc.parametrize("variant", params, ids=[v.id for v in params])
 
 
+@pytest.mark.full_suite
 def test_case_at_opset(variant, check_case):
     check_case(variant)
 

@@ -29,6 +29,8 @@ import pytest
 
 from jax2onnx.web import HEADLESS_FLAGS, WebRuntimeError, find_chromium
 
+pytestmark = pytest.mark.full_suite
+
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 REQUIRED = os.environ.get("JAX2ONNX_REQUIRE_WEB") == "1"  # CI: a missing browser fails
 

@@ -9,10 +9,109 @@ the core plugin). A test module may instead name plugins with
 
 from __future__ import annotations
 
+import json
+import os
 import pathlib
 import tomllib
 
 import pytest
+
+_TIMINGS = pytest.StashKey["_TimingRecorder"]()
+
+
+def pytest_addoption(parser):
+    parser.addoption(
+        "--quick",
+        action="store_true",
+        default=False,
+        help="the development loop: one variant per jax2onnx case (the symbolic one where the "
+        "case has symbolic dimensions, else its first precision), and tests marked "
+        "full_suite deselected",
+    )
+    parser.addoption(
+        "--jax2onnx-timings",
+        metavar="FILE",
+        default=None,
+        help="append one JSON line per test to FILE: its seconds (setup, call, teardown), and "
+        "for jax2onnx cases the seconds of each check phase (benchmarks/suite_durations.py "
+        "reads it)",
+    )
+
+
+class _TimingRecorder:
+    """Writes the ``--jax2onnx-timings`` lines of this process.
+
+    Test durations are written where every report arrives (the xdist controller,
+    or the only process); check phases by the process that ran the check.
+    """
+
+    def __init__(self, path: pathlib.Path) -> None:
+        from jax2onnx_testkit.timing import CompileMeter
+
+        self.path = path
+        self.meter = CompileMeter()
+        self.meter.install()
+
+    def write(self, line: dict) -> None:
+        with open(self.path, "a") as f:  # one short write per line: processes interleave whole
+            f.write(json.dumps(line) + "\n")
+
+    def pytest_runtest_logreport(self, report):
+        if os.environ.get("PYTEST_XDIST_WORKER") is not None:
+            return  # the controller writes it, with the worker's name
+        node = getattr(report, "node", None)
+        worker = node.gateway.id if node is not None else "main"
+        self.write(
+            {
+                "id": report.nodeid,
+                "worker": worker,
+                "when": report.when,
+                "outcome": report.outcome,
+                "seconds": report.duration,
+                "start": report.start,
+            }
+        )
+
+    def pytest_unconfigure(self, config):
+        self.meter.uninstall()
+
+
+def pytest_configure(config):
+    config.addinivalue_line(
+        "markers",
+        "full_suite: a test that runs in the full suite only, not under --quick "
+        "(the opset matrix, the docs pages, the site build)",
+    )
+    path = config.getoption("--jax2onnx-timings", None)
+    if path is not None:
+        recorder = _TimingRecorder(pathlib.Path(path).resolve())
+        config.stash[_TIMINGS] = recorder
+        config.pluginmanager.register(recorder, "jax2onnx-timings")
+
+
+def pytest_collection_modifyitems(config, items):
+    if not config.getoption("--quick", False):
+        return
+    kept, deselected = [], []
+    for item in items:
+        (deselected if item.get_closest_marker("full_suite") else kept).append(item)
+    if deselected:
+        config.hook.pytest_deselected(items=deselected)
+        items[:] = kept
+
+
+def quick_variants(variants):
+    """One variant per case: the symbolic one where there is one, else the first.
+
+    What ``--quick`` runs. The symbolic variant converts with symbolic
+    dimensions and runs at two sizes, so it reaches the most code of a case.
+    """
+    chosen: dict[tuple[str, str, str], object] = {}
+    for variant in variants:
+        key = (variant.plugin, variant.component, variant.case.name)
+        if key not in chosen or (variant.dynamic and not chosen[key].dynamic):
+            chosen[key] = variant
+    return list(chosen.values())
 
 
 def _distribution_plugins(test_file: str) -> list[str]:
@@ -92,7 +191,8 @@ def pytest_generate_tests(metafunc):
     """Parametrise ``jax2onnx_case`` with every `CaseVariant` the test module selects.
 
     A case's ``skip`` becomes a skip mark and its ``xfail`` a strict xfail
-    mark, each with its reason; the test ids are the variant ids.
+    mark, each with its reason; the test ids are the variant ids. Under
+    ``--quick``, one variant per case (`quick_variants`).
     """
     if "jax2onnx_case" not in metafunc.fixturenames:
         return
@@ -101,8 +201,11 @@ def pytest_generate_tests(metafunc):
     names = getattr(module, "jax2onnx_plugins", None)
     if names is None:
         names = [] if extra else _distribution_plugins(str(metafunc.definition.path))
+    variants = collect_variants(list(names), extra)
+    if metafunc.config.getoption("--quick", False):
+        variants = quick_variants(variants)
     params = []
-    for variant in collect_variants(list(names), extra):
+    for variant in variants:
         marks = []
         if variant.case.skip:
             marks.append(pytest.mark.skip(reason=variant.case.skip))
@@ -113,7 +216,7 @@ def pytest_generate_tests(metafunc):
 
 
 @pytest.fixture
-def check_case():
+def check_case(request):
     """The testkit's `check_case` function, as a fixture.
 
     Example:
@@ -124,4 +227,17 @@ def check_case():
     """
     from jax2onnx_testkit.check import check_case as check
 
-    return check
+    recorder = request.config.stash.get(_TIMINGS, None)
+    if recorder is None:
+        return check
+
+    from jax2onnx_testkit.timing import PhaseClock
+
+    def timed(variant, **kwargs):
+        clock = PhaseClock(recorder.meter)
+        try:
+            return check(variant, clock=clock, **kwargs)
+        finally:
+            recorder.write({"id": request.node.nodeid, "phases": clock.times})
+
+    return timed
