@@ -6,9 +6,9 @@ into the converter's own steps ``convert.plugins`` ... ``convert.serialize``
 from its debug log record), ``checker``, ``jax`` (the reference: preparing
 it and running it at every size), ``ort_session`` and ``ort_run``. With a
 `CompileMeter` each phase also gets ``<phase>.compile``: the seconds JAX
-spent tracing, lowering and compiling XLA programs inside it (eager
+spent lowering jaxprs to MLIR and compiling them with XLA inside it (eager
 dispatch compiles one program per primitive, shape and dtype it has not
-seen in this process).
+seen in this process; ``jax.jit`` one per function and input shapes).
 
 The testkit's pytest plugin makes one clock per test with
 ``--jax2onnx-timings=FILE`` and appends its figures to ``FILE`` as one JSON
@@ -23,16 +23,17 @@ import logging
 import time
 from collections.abc import Iterator
 
-# the events JAX records around making an XLA executable (jax._src.dispatch)
+# the events JAX records around making an XLA executable (jax._src.dispatch); its
+# jaxpr_trace event is left out: it also fires for a jit nested in another trace
+# (in make_jaxpr, or in an outer jit) and would count those seconds twice
 _COMPILE_EVENTS = (
-    "/jax/core/compile/jaxpr_trace_duration",
     "/jax/core/compile/jaxpr_to_mlir_module_duration",
     "/jax/core/compile/backend_compile_duration",
 )
 
 
 class CompileMeter:
-    """Seconds JAX spent making executables since `install`, summed over this process.
+    """Seconds JAX spent lowering and compiling programs since `install`, summed over this process.
 
     JAX's monitoring listeners are process-wide and cannot be scoped, so a
     meter is meant to be installed once, by the pytest plugin, for the whole
