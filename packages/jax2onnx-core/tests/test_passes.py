@@ -100,7 +100,8 @@ def test_split_heads_and_merge_back_leaves_no_reshape():
     assert "Reshape" not in _ops(model)
     session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
     x = np.random.default_rng(2).standard_normal((2, 5, 6)).astype(np.float32)
-    np.testing.assert_allclose(session.run(None, {"in_0": x})[0], fn(x), rtol=1e-6)
+    # tanh(x) + 1 cancels near x = -2: one float32 ulp of tanh is a relative 4e-6 there
+    np.testing.assert_allclose(session.run(None, {"in_0": x})[0], fn(x), rtol=1e-6, atol=1e-6)
 
 
 def test_reshape_chain_keeps_a_real_reshape():

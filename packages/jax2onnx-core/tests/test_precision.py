@@ -142,7 +142,10 @@ def test_bfloat16_inside_loop_and_if_bodies():
     x = _x((8,))
     model = jax2onnx.to_onnx(fn, [x])
     (got,) = _run(model, x)
-    np.testing.assert_allclose(got, np.asarray(jax.jit(fn)(x)), rtol=1e-2, atol=1e-2)
+    # the model rounds every op to bfloat16 as JAX does op by op; a float32 sin one bit
+    # apart (XLA's and ORT's kernels differ by CPU) can flip one rounding in the loop, which
+    # exp makes two bfloat16 ulps: hence the suite's bfloat16 tolerance
+    np.testing.assert_allclose(got, np.asarray(fn(x)), rtol=2e-2, atol=1e-2)
 
 
 def test_bfloat16_inside_an_onnx_function():

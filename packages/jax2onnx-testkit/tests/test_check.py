@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import onnxruntime
@@ -10,6 +11,7 @@ import pytest
 from jax2onnx.plugin import case
 from jax2onnx_testkit import CaseVariant, check_case, compare, variants_of
 from jax2onnx_testkit.check import _eval_dim
+from jax2onnx_testkit.timing import PhaseClock
 
 CASE = case("c", lambda x: x, [(3,)])
 
@@ -207,3 +209,39 @@ def test_64_bit_integer_inputs_need_the_f64_variant():
     c64 = case("i64", jnp.negative, [(3,)], dtypes=[np.int64], variants=["f64"])
     model = check_case(variants_of("demo", "comp", c64)[0])
     assert model.graph.output[0].type.tensor_type.elem_type == 7  # INT64
+
+
+def _phases(variant) -> dict[str, float]:
+    clock = PhaseClock()
+    check_case(variant, clock=clock)
+    return clock.times
+
+
+def test_float_references_are_compiled_and_half_precision_runs_op_by_op():
+    f32, f64, bf16 = variants_of(
+        "demo", "comp", case("t", jnp.tanh, [(2, 3)], variants=("f32", "f64", "bf16"))
+    )
+    assert "jax.op_by_op" not in _phases(f32)
+    assert "jax.op_by_op" not in _phases(f64)
+    assert "jax.op_by_op" in _phases(bf16)
+
+
+def test_functions_jit_cannot_take_run_op_by_op():
+    # the output's size depends on the data: jax.jit refuses it, op by op runs it
+    c = case("nz", lambda x: jnp.nonzero(x > 0.5)[0], [(8,)], variants=("f32",))
+    assert "jax.op_by_op" in _phases(variants_of("demo", "comp", c)[0])
+
+
+def test_a_miss_of_the_compiled_reference_is_judged_op_by_op(monkeypatch):
+    jit = jax.jit
+    monkeypatch.setattr(
+        jax, "jit", lambda f: lambda *a, **k: jax.tree.map(lambda y: y + 1, jit(f)(*a, **k))
+    )
+    c = case("t", jnp.tanh, [(2, 3)], variants=("f32",))
+    assert "jax.op_by_op" in _phases(variants_of("demo", "comp", c)[0])
+    # and op by op's verdict stands: a miss of both is a failure
+    monkeypatch.setattr(
+        onnxruntime.InferenceSession, "run", lambda *a, **k: [np.zeros((2, 3), np.float32)]
+    )
+    with pytest.raises(AssertionError, match="differs from JAX"):
+        check_case(variants_of("demo", "comp", c)[0])

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import textwrap
 
 import pytest
@@ -194,3 +195,49 @@ def test_duplicate_case_ids_are_a_usage_error(pytester):
     result = _run(pytester, source)
     result.stdout.fnmatch_lines(["*two jax2onnx cases have the id*demo/demo_component/tanh*"])
     assert result.ret != 0
+
+
+QUICK_DEMO = (
+    DEMO
+    + """
+rules.add_cases("demo_component", [case("static_sin", jnp.sin, [(3,)])])
+
+import pytest
+
+@pytest.mark.full_suite
+def test_broad():
+    pass
+
+
+def test_unit():
+    pass
+"""
+)
+
+
+def test_quick_runs_one_variant_per_case_and_leaves_out_full_suite_tests(pytester):
+    full = _ids(_run(pytester, QUICK_DEMO, "--collect-only", "-q"))
+    assert "test_broad" in full and len(full) == 3 + 2 + 2
+    result = _run(pytester, QUICK_DEMO, "--quick", "-v")
+    result.assert_outcomes(passed=3, deselected=1)
+    assert sorted(line.split(" PASSED")[0] for line in _ids(result)) == [
+        "test_case[demo/demo_component/static_sin[f32-static]]",
+        "test_case[demo/demo_component/tanh[f32-dynamic]]",
+        "test_unit",
+    ]
+
+
+def test_timings_file_has_every_test_and_the_phases_of_each_check(pytester):
+    path = pytester.path / "timings.jsonl"
+    _run(pytester, QUICK_DEMO, f"--jax2onnx-timings={path}").assert_outcomes(passed=7)
+    lines = [json.loads(line) for line in path.read_text().splitlines()]
+    reports = [line for line in lines if "when" in line]
+    assert {line["when"] for line in reports} == {"setup", "call", "teardown"}
+    assert len({line["id"] for line in reports}) == 7
+    assert all(line["seconds"] >= 0 and line["worker"] == "main" for line in reports)
+    checks = {line["id"]: line["phases"] for line in lines if "phases" in line}
+    assert len(checks) == 5  # the check_case tests, not test_unit or test_broad
+    phases = checks["test_demo.py::test_case[demo/demo_component/tanh[f32-dynamic]]"]
+    for key in ("case", "convert", "convert.trace", "convert.lower", "checker", "jax"):
+        assert phases[key] >= 0, key
+    assert {"ort_session", "ort_run", "jax.compile"} <= set(phases)
