@@ -19,7 +19,7 @@ from jax._src import core as jax_core
 from jax2onnx import folding, opsets
 from jax2onnx._ir import ir
 from jax2onnx.context import UNKNOWN_SOURCE, LoweringContext, source_line
-from jax2onnx.dims import DimValue, is_symbolic
+from jax2onnx.dims import DimValue, evaluate, is_symbolic
 from jax2onnx.dtypes import onnx_dtype, result_dtype
 from jax2onnx.errors import Jax2OnnxError, LoweringError
 from jax2onnx.keys import (
@@ -273,8 +273,8 @@ class GraphScope:
         for var, (value, axis) in sources.items():
             shape = owner.add_node("Shape", [value], {"start": axis, "end": axis + 1})[0]
             env[var] = DimValue(owner, shape)
-        result = d._evaluate(env)
-        value = result.value if isinstance(result, DimValue) else self.dim(int(result))
+        result = evaluate(d, env.__getitem__)
+        value = result.value if isinstance(result, DimValue) else self.dim(result)
         owner._dims[key] = value
         return value
 

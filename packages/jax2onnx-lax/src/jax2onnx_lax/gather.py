@@ -362,6 +362,8 @@ def _gather(ctx, x, starts, dn, slice_sizes, shape, n):
         axis = labels.index(("o", indexed[0]))
         result = ctx.op.Gather(x, ctx.op.Squeeze(starts, ctx.i64([-1])), axis=axis)
         return result, labels[:axis] + [("b", i) for i in range(n)] + labels[axis + 1 :]
+    if n == 0 and not pairs:
+        return _one_window(ctx, x, starts, labels, indexed, slice_sizes, dn.collapsed_slice_dims)
     lead = [("o", d) for d in pairs] + [("o", d) for d in indexed]
     order = lead + [label for label in labels if label not in lead]
     x = ctx.transpose(x, [labels.index(label) for label in order])
@@ -369,7 +371,7 @@ def _gather(ctx, x, starts, dn, slice_sizes, shape, n):
     if windows:
         starts = ctx.op.Add(
             ctx.op.Unsqueeze(starts, ctx.i64(list(range(n, n + len(windows))))),
-            ctx.const(window_grid(ctx, [slice_sizes[d] for d in windows], indexed, windows)),
+            window_grid(ctx, [slice_sizes[d] for d in windows], indexed, windows),
         )
     index_axes = [pairs[d] for d in pairs]
     index_axes += [i for i in range(n) if i not in index_axes]
@@ -393,17 +395,49 @@ def _along_axis(dn, slice_sizes, rank, n) -> bool:
     )
 
 
+def _one_window(ctx, x, starts, labels, indexed, slice_sizes, collapsed):
+    """A single start vector (``x[:, 1:]``, ``x[:, : T // 2]``): one ``Slice``, then the
+    collapsed axes squeezed; the ends are computed from the (clamped) starts."""
+    sizes = [slice_sizes[d] for d in indexed]
+    value = constant(starts)
+    if value is not None:  # x[1:] with a symbolic size: ends are dimensions too
+        ends = ctx.shape([int(v) + size for v, size in zip(value.reshape(-1), sizes, strict=True)])
+    else:
+        ends = ctx.op.Add(starts, ctx.shape(sizes))
+    axes = [labels.index(("o", d)) for d in indexed]
+    x = ctx.op.Slice(x, starts, ends, ctx.i64(axes))
+    drop = [labels.index(("o", d)) for d in indexed if d in collapsed]
+    if drop:
+        x = ctx.op.Squeeze(x, ctx.i64(drop))
+    return x, [label for i, label in enumerate(labels) if i not in drop]
+
+
 def window_grid(ctx, sizes, indexed, windows):
-    """Offsets ``[*sizes, len(indexed)]`` that turn window starts into element indices."""
-    if any(is_symbolic(s) for s in sizes):
-        raise ctx.error(f"gather windows of symbolic size {sizes} are not supported")
-    sizes = [int(s) for s in sizes]
-    grid = np.zeros((*sizes, len(indexed)), _I64)
-    for j, d in enumerate(windows):
-        view = [1] * len(sizes)
-        view[j] = sizes[j]
-        grid[..., indexed.index(d)] = np.arange(sizes[j]).reshape(view)
-    return grid
+    """Offsets ``[*sizes, len(indexed)]`` that turn window starts into element indices.
+
+    A constant for static sizes; for symbolic ones each window axis's offsets
+    are a ``Range`` over its computed size, broadcast over the other axes.
+    """
+    if not any(is_symbolic(s) for s in sizes):
+        sizes = [int(s) for s in sizes]
+        grid = np.zeros((*sizes, len(indexed)), _I64)
+        for j, d in enumerate(windows):
+            view = [1] * len(sizes)
+            view[j] = sizes[j]
+            grid[..., indexed.index(d)] = np.arange(sizes[j]).reshape(view)
+        return ctx.const(grid)
+    full = ctx.shape([*sizes, 1])
+    columns = []
+    for d in indexed:
+        if d not in windows:
+            columns.append(ctx.op.Expand(ctx.const(np.zeros([1] * (len(sizes) + 1), _I64)), full))
+            continue
+        j = windows.index(d)
+        size = ctx.op.Squeeze(ctx.dim(sizes[j]), ctx.i64([0]))
+        offsets = ctx.op.Range(ctx.const(_I64(0)), size, ctx.const(_I64(1)))
+        view = ctx.shape([1] * j + [sizes[j]] + [1] * (len(sizes) - j))
+        columns.append(ctx.op.Expand(ctx.op.Reshape(offsets, view), full))
+    return columns[0] if len(columns) == 1 else ctx.op.Concat(*columns, axis=-1)
 
 
 def _columns(ctx, starts, kept):

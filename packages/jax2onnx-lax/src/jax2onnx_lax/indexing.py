@@ -53,9 +53,23 @@ def clamp_starts(ctx, starts, upper):
     value = constant(starts)
     if value is not None and static:
         return ctx.const(np.clip(value, 0, np.asarray([int(u) for u in upper], _I64)))
+    if value is not None and all(
+        _at_most(c, u) for c, u in zip(np.moveaxis(value, -1, 0), upper, strict=True)
+    ):
+        return starts  # x[:4], x[1:] with a symbolic size: constant starts inside the bounds
     if static and len(set(int(u) for u in upper)) == 1:
         return ctx.op.Clip(starts, ctx.const(_I64(0)), ctx.const(_I64(int(upper[0]))))
     return ctx.op.Min(ctx.op.Max(starts, ctx.const(_I64(0))), ctx.shape(upper))
+
+
+def _at_most(starts, bound) -> bool:
+    """Whether every start is in ``[0, bound]`` for every size the dimensions can take."""
+    if np.any(starts < 0):
+        return False
+    try:
+        return bool(bound >= int(np.max(starts, initial=0)))
+    except Exception:  # InconclusiveDimensionOperation: JAX cannot tell
+        return False
 
 
 def _start_pieces(ctx, starts, axes):

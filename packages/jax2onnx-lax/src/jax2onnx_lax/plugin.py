@@ -41,6 +41,7 @@ FAMILIES = (
     "shape",
     "sort",
     "special",
+    "symbolic_cases",
     "types",
     "unary",
     "windows",

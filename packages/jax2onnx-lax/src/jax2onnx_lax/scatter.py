@@ -93,7 +93,7 @@ def _scatter(ctx, operand, indices, updates, dn, mode, reduction):
         sizes = [window[d] for d in grid]
         index = ctx.op.Add(
             ctx.op.Unsqueeze(index, ctx.i64(list(range(n, n + len(grid))))),
-            ctx.const(window_grid(ctx, sizes, group, grid)),
+            window_grid(ctx, sizes, group, grid),
         )
     scatter_axes = [u for u in range(len(ushape)) if u not in dn.update_window_dims]
     to_update = dict(zip(window_dims, dn.update_window_dims))

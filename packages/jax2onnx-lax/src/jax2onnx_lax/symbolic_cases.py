@@ -1,0 +1,107 @@
+"""Cases of symbolic shapes as models write them: slices of symbolic extent and
+dimension arithmetic (``T // 2``, ``min(B, 4)``, the ceiling ``-(-B // 3)``).
+
+Every case here has symbolic dimensions, so its dynamic variant converts once
+and runs in ONNX Runtime at two sizes; the sizes are chosen so that divisions
+are inexact at one of them and a ``min`` takes each side.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+
+from jax2onnx.plugin import Family, case
+
+family = Family("lax")
+
+_I32 = np.int32
+
+
+def _vmapped_half_window(x, starts):
+    """A window of T // 2 per row: a gather with a batch of starts and a symbolic window."""
+    return jax.vmap(lambda row, i: lax.dynamic_slice_in_dim(row, i, row.shape[0] // 2))(x, starts)
+
+
+family.add_cases(
+    lax.gather_p,
+    lambda: [
+        case(
+            "lm_shift",
+            lambda x: x[:, 1:] - x[:, :-1],
+            [("B", "T", 4)],
+            expect=["Slice -> Sub"],
+            counts={"GatherND": 0, "Gather": 0},
+        ),
+        case(
+            "first_half",
+            lambda x: x[:, : x.shape[1] // 2],
+            [("B", "T")],
+            dim_sizes={"T": (4, 5, 8)},
+            expect=["Slice"],
+            counts={"GatherND": 0},
+        ),
+        case(
+            "drop_first",
+            lambda x: x[1:] * 2.0,
+            [("B", 3)],
+            expect=["Slice -> Mul"],
+            counts={"GatherND": 0},
+        ),
+        case(
+            "first_four_of_any",
+            lambda x: x[:4] + 1.0,
+            [("B", 3)],
+            dim_sizes={"B": (6, 2, 7)},  # min(B, 4) takes B, then 4
+            expect=["Slice -> Add"],
+        ),
+        case(
+            "vmap_half_window",
+            _vmapped_half_window,
+            [("B", "T"), ("B",)],
+            dtypes=[None, _I32],
+            dim_sizes={"T": (4, 5, 8)},
+            input_range=(-2, 8),
+            expect=["GatherND"],
+        ),
+    ],
+)
+
+
+family.add_cases(
+    lax.broadcast_in_dim_p,
+    lambda: [
+        case(
+            "ceil_div_dim",
+            lambda x: jnp.ones((-(-x.shape[0] // 3), 2)) * jnp.sum(x),
+            [("B",)],
+            dim_sizes={"B": (3, 5, 7)},  # a floor-truncating Div gives 1 and 2, not 2 and 3
+        ),
+        case(
+            "mod_dim",
+            lambda x: jnp.zeros((x.shape[0] % 3 + 1, 2)) + jnp.max(x),
+            [("B",)],
+            dim_sizes={"B": (3, 5, 7)},
+        ),
+    ],
+)
+
+
+family.add_cases(
+    lax.scatter_mul_p,
+    lambda: [
+        case(
+            "segment_prod_buckets",
+            lambda x, ids: jax.ops.segment_prod(x, ids, num_segments=3, bucket_size=2),
+            [("B",), ("B",)],
+            dtypes=[None, _I32],
+            dim_sizes={"B": (4, 5, 7)},  # ceil(B / 2) buckets
+            input_range=(0, 3),
+        ),
+    ],
+)
+
+
+register = family.register
