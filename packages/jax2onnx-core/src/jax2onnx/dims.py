@@ -156,3 +156,22 @@ def _nonnegative(d: Any) -> bool:
         return bool(d >= 0)
     except Exception:  # InconclusiveDimensionOperation: the sign is not known
         return False
+
+
+def solve_dims(dims: list[Any]) -> tuple[dict[str, Any], list[tuple[str, int]]]:
+    """Each dimension variable of ``dims`` as an expression of the sizes ``dims`` take.
+
+    JAX's own solver (what ``jax.export`` uses to find ``b`` from an argument
+    of size ``2*b``). Returns the solution, variable -> expression, and the
+    names it uses for the sizes with the index in ``dims`` each stands for;
+    an empty solution when JAX cannot solve them.
+    """
+    from jax._src import core, tree_util
+    from jax._src.export import shape_poly
+
+    avals = tuple(core.ShapedArray((d,), np.float32) for d in dims)
+    try:
+        solution, _, sizes = shape_poly.solve_dim_vars(avals, tree_util.tree_structure((avals, {})))
+    except ValueError:  # not solvable: the caller names the variable it needed
+        return {}, []
+    return dict(solution), [(name, index) for name, index, _ in sizes]

@@ -357,8 +357,11 @@ def pad(ctx, x, value, *, padding_config):
     spread = [a for a in spread if a is not None]
     if spread:
         x = _interior(ctx, x, value, shape, spread, padding_config)
-    if any(lows) or any(highs):
-        x = ctx.op.Pad(x, ctx.const(np.asarray(lows + highs, _I64)), value)
+    amounts = lows + highs
+    if any(is_symbolic(a) for a in amounts):  # jnp.pad(x, (0, x.shape[0])): computed pads
+        x = ctx.op.Pad(x, ctx.shape(amounts), value)
+    elif any(amounts):
+        x = ctx.op.Pad(x, ctx.const(np.asarray(amounts, _I64)), value)
     elif not spread:
         x = ctx.op.Identity(x)
     return x if wide == dtype else ctx.op.Cast(x, to=onnx_dtype(dtype))

@@ -58,6 +58,12 @@ family.add_cases(
             expect=["Slice -> Add"],
         ),
         case(
+            "half_of_an_even_axis",
+            lambda x: x[: x.shape[0] // 2] * x[x.shape[0] // 2 :],
+            [("2*b", 3)],  # b is known only as half of the axis: solved from its size
+            expect=["Slice -> Mul"],
+        ),
+        case(
             "vmap_half_window",
             _vmapped_half_window,
             [("B", "T"), ("B",)],
@@ -84,6 +90,33 @@ family.add_cases(
             lambda x: jnp.zeros((x.shape[0] % 3 + 1, 2)) + jnp.max(x),
             [("B",)],
             dim_sizes={"B": (3, 5, 7)},
+        ),
+    ],
+)
+
+
+family.add_cases(
+    lax.split_p,
+    lambda: [
+        case("split_halves", lambda x: jnp.split(x, 2, axis=1), [(3, "2*b")], expect=["Split"]),
+        case("split_b_plus_1", lambda x: jnp.split(x, [1], axis=0), [("b + 1", 2)]),
+    ],
+)
+
+
+family.add_cases(
+    lax.pad_p,
+    lambda: [
+        case(
+            "pad_by_own_size",
+            lambda x: jnp.pad(x, ((0, x.shape[0]), (1, 1))),
+            [("B", 2)],
+            expect=["Pad"],
+        ),
+        case(
+            "pad_to_even",
+            lambda x: jnp.pad(x, (0, x.shape[0] % 2), constant_values=-1.0),
+            [("B",)],
         ),
     ],
 )
