@@ -115,3 +115,23 @@ def test_a_jitted_function_called_twice_gets_a_size_per_call():
     got = _run(model, a, -a)
     np.testing.assert_array_equal(got[0], [1.0, 3.0, 5.0])
     np.testing.assert_array_equal(got[1], [2.0, 4.0])
+
+
+def test_same_strided_conv_on_symbolic_sizes_is_one_conv_with_same_upper():
+    w = np.ones((3, 3, 2, 4), np.float32)
+
+    def fn(x):
+        return jax.lax.conv_general_dilated(
+            x, w, (2, 2), "SAME", dimension_numbers=("NHWC", "HWIO", "NHWC")
+        )
+
+    model = jax2onnx.to_onnx(fn, [("B", "H", "W", 2)])
+    (conv,) = [n for n in model.graph.node if n.op_type == "Conv"]
+    assert {a.name: a.s for a in conv.attribute if a.name == "auto_pad"} == {
+        "auto_pad": b"SAME_UPPER"
+    }
+    assert "Pad" not in [n.op_type for n in model.graph.node]
+    for h, w_ in [(5, 8), (8, 3)]:
+        x = np.random.default_rng(h).standard_normal((2, h, w_, 2)).astype(np.float32)
+        (got,) = _run(model, x)
+        np.testing.assert_allclose(got, fn(x), rtol=1e-5, atol=1e-5)

@@ -13,10 +13,11 @@ import jax
 import numpy as np
 from jax import lax
 
-from jax2onnx.plugin import Family, case, has_kernel
+from jax2onnx.plugin import Family, case, has_kernel, is_symbolic
 from jax2onnx_lax._util import reshape
 from jax2onnx_lax.blocks import conv_transpose_kernel
 from jax2onnx_lax.dot import compute_dtype
+from jax2onnx_lax.windows import pad_computed
 
 family = Family("lax")
 
@@ -37,6 +38,13 @@ def _slice(ctx, x, axes, starts, ends, steps=None):
         return x
     steps = None if steps is None else ctx.i64(steps)
     return ctx.op.Slice(x, ctx.i64(starts), ctx.i64(ends), ctx.i64(axes), steps)
+
+
+def _equal(padding, same) -> bool:
+    """Whether two paddings are the same expressions (symbolic dimensions compare exactly)."""
+    return all(
+        str(a) == str(c) and str(b) == str(d) for (a, b), (c, d) in zip(padding, same, strict=True)
+    )
 
 
 def _end(n):
@@ -379,8 +387,25 @@ def conv_general_dilated(
     else:
         x = ctx.transpose(x, lhs_spec)
     strides, dilation = list(window_strides), list(rhs_dilation)
-    lo, hi = [int(p[0]) for p in padding], [int(p[1]) for p in padding]
     eff = [(k - 1) * r + 1 for k, r in zip(kernel, dilation)]
+    if any(is_symbolic(p) for pair in padding for p in pair):  # "SAME" on symbolic sizes
+        same = lax.padtype_to_pads(shape[2:], eff, strides, "SAME")
+        if native and all(d == 1 for d in (*dilation, *lhs_dilation)) and _equal(padding, same):
+            # XLA's SAME puts the odd pixel at the end: ONNX's SAME_UPPER (ONNX Runtime
+            # computes it from the run-time size; it takes no dilation)
+            y = ctx.op.Conv(
+                x, w, kernel_shape=kernel, strides=strides, auto_pad="SAME_UPPER", group=groups
+            )
+            return _finish(ctx, y, out_spec, work)
+        if any(d > 1 for d in lhs_dilation):
+            raise ctx.error(
+                f"padding {padding} depends on symbolic sizes together with lhs_dilation "
+                f"{tuple(lhs_dilation)}; give the spatial axes static sizes"
+            )
+        zero = ctx.const(np.zeros((), np.dtype(work)))
+        x, _ = pad_computed(ctx, x, shape, [(0, 0), (0, 0), *padding], zero)
+        padding = [(0, 0)] * n_sp
+    lo, hi = [int(p[0]) for p in padding], [int(p[1]) for p in padding]
     if any(d > 1 for d in lhs_dilation):
         fits = all(a <= e - 1 and b <= e - 1 for a, b, e in zip(lo, hi, eff))
         if native and fits and all(s == 1 for s in strides):

@@ -20,6 +20,25 @@ family = Family("lax")
 _I32 = np.int32
 
 
+_KERNEL = np.random.default_rng(7).standard_normal((3, 3, 3, 4)).astype(np.float32)
+_NHWC = ("NHWC", "HWIO", "NHWC")
+_IMAGE = {"H": (7, 8, 5), "W": (6, 5, 9)}  # odd and even sizes: SAME pads differ
+
+
+def _conv_same(x, stride=2, dilation=1):
+    w = jnp.asarray(_KERNEL, x.dtype)
+    return lax.conv_general_dilated(
+        x, w, (stride, stride), "SAME", rhs_dilation=(dilation, dilation), dimension_numbers=_NHWC
+    )
+
+
+def _small_cnn(x):
+    """Stride-2 SAME conv, SAME max pool, global average: a CNN for images of any size."""
+    y = jax.nn.relu(_conv_same(x))
+    y = lax.reduce_window(y, -jnp.inf, lax.max, (1, 3, 3, 1), (1, 2, 2, 1), "SAME")
+    return jnp.mean(y, axis=(1, 2))
+
+
 def _vmapped_half_window(x, starts):
     """A window of T // 2 per row: a gather with a batch of starts and a symbolic window."""
     return jax.vmap(lambda row, i: lax.dynamic_slice_in_dim(row, i, row.shape[0] // 2))(x, starts)
@@ -90,6 +109,44 @@ family.add_cases(
             lambda x: jnp.zeros((x.shape[0] % 3 + 1, 2)) + jnp.max(x),
             [("B",)],
             dim_sizes={"B": (3, 5, 7)},
+        ),
+    ],
+)
+
+
+family.add_cases(
+    lax.conv_general_dilated_p,
+    lambda: [
+        case(
+            "same_stride2_symbolic",
+            _conv_same,
+            [("B", "H", "W", 3)],
+            dim_sizes=_IMAGE,
+        ),
+        case(
+            "same_stride2_dilated_symbolic",
+            lambda x: _conv_same(x, dilation=2),
+            [("B", "H", "W", 3)],
+            dim_sizes=_IMAGE,  # ONNX Runtime's SAME_UPPER takes no dilation: a computed Pad
+        ),
+        case(
+            "small_cnn_any_size",
+            _small_cnn,
+            [("B", "H", "W", 3)],
+            dim_sizes=_IMAGE,
+        ),
+    ],
+)
+
+
+family.add_cases(
+    lax.reduce_window_sum_p,
+    lambda: [
+        case(
+            "sum_pool_same_stride2_symbolic",
+            lambda x: lax.reduce_window(x, 0.0, lax.add, (1, 3, 3, 1), (1, 2, 2, 1), "SAME"),
+            [("B", "H", "W", 3)],
+            dim_sizes=_IMAGE,
         ),
     ],
 )

@@ -93,6 +93,30 @@ def pad(ctx, x, shape, padding, fill):
     return x, shape
 
 
+def pad_computed(ctx, x, shape, padding, fill):
+    """Padding that depends on symbolic sizes (``"SAME"`` with a stride): one ``Pad``
+    whose amounts the graph computes; they must be provably non-negative."""
+    amounts = [lo for lo, _ in padding] + [hi for _, hi in padding]
+    for amount in amounts:
+        if not provably_nonnegative(amount):
+            raise ctx.error(
+                f"padding {amount} may be negative for some sizes; give the padded axes "
+                "static sizes, or a jax.export.symbolic_shape constraint that decides it"
+            )
+    x = ctx.op.Pad(x, ctx.shape(amounts), fill)
+    return x, [d + lo + hi for d, (lo, hi) in zip(shape, padding, strict=True)]
+
+
+def provably_nonnegative(d) -> bool:
+    """Whether JAX can prove ``d >= 0`` for every size its dimensions can take."""
+    if not is_symbolic(d):
+        return int(d) >= 0
+    try:
+        return bool(d >= 0)
+    except Exception:  # InconclusiveDimensionOperation
+        return False
+
+
 def window_end(k, wd, s, o):
     """End of the strided Slice taking window offset ``k`` for ``o`` outputs."""
     if not is_symbolic(o) and o == 0:
@@ -154,7 +178,18 @@ class _Layout:
         return y
 
 
-def _pool(ctx, x, kind, dtype, shape, out_shape, windows, strides, dilations, padding):
+def _same_upper(shape, windows, strides, dilations, padding) -> bool:
+    """Whether symbolic ``padding`` is XLA's SAME, which ONNX's ``auto_pad="SAME_UPPER"``
+    computes at run time (ONNX Runtime takes it without window dilation only)."""
+    if any(d != 1 for d in dilations):
+        return False
+    same = lax.padtype_to_pads(shape, windows, strides, "SAME")
+    return all(
+        str(a) == str(c) and str(b) == str(d) for (a, b), (c, d) in zip(padding, same, strict=True)
+    )
+
+
+def _pool(ctx, x, kind, dtype, shape, out_shape, windows, strides, dilations, padding, same_upper):
     """MaxPool / ones-kernel Conv where exact; None when the general form is needed."""
     dtype = np.dtype(dtype)
     floats = (np.float16, np.float32, np.float64, ml_dtypes.bfloat16)
@@ -181,12 +216,15 @@ def _pool(ctx, x, kind, dtype, shape, out_shape, windows, strides, dilations, pa
         dilations=[int(dilations[a]) for a in axes],
         pads=[int(padding[a][0]) for a in axes] + [int(padding[a][1]) for a in axes],
     )
+    if same_upper:  # SAME pads are smaller than the window: MaxPool takes them
+        del attrs["pads"], attrs["dilations"]
+        attrs["auto_pad"] = "SAME_UPPER"
     if kind == "add":
         c = layout.channels
         ones = ctx.const(np.ones([c, 1, *kernel], dtype))
         y = ctx.op.Conv(layout.enter(x), ones, group=c, **attrs)
         return layout.leave(y, out_shape)
-    if any(p >= k for p, k in zip(attrs["pads"], kernel + kernel)):
+    if any(p >= k for p, k in zip(attrs.get("pads", ()), kernel + kernel)):
         return None  # MaxPool takes pads smaller than the kernel only
     if np.issubdtype(dtype, np.integer):
         return layout.leave(ctx.op.MaxPool(layout.enter(x), **attrs), out_shape)
@@ -213,14 +251,23 @@ def _reduce(ctx, x, kind, params, init=None):
     shape = list(ctx.avals_in[0].shape)
     out_shape = list(ctx.avals_out[0].shape)
     x, shape = dilate(ctx, x, shape, params["base_dilation"], fill)
-    padding = [(int(lo), int(hi)) for lo, hi in params["padding"]]
+    windows, strides = params["window_dimensions"], params["window_strides"]
+    dilations = params["window_dilation"]
+    padding = params["padding"]
+    computed = any(is_symbolic(p) for pair in padding for p in pair)  # SAME on symbolic sizes
+    same_upper = computed and _same_upper(shape, windows, strides, dilations, padding)
+    if computed and not same_upper:
+        x, shape = pad_computed(ctx, x, shape, padding, fill)
+    padding = [(0, 0)] * len(shape) if computed else [(int(a), int(b)) for a, b in padding]
     if any(lo < 0 or hi < 0 for lo, hi in padding):
         x, shape = pad(ctx, x, shape, padding, fill)
         padding = [(0, 0)] * len(shape)
-    windows, strides = params["window_dimensions"], params["window_strides"]
-    dilations = params["window_dilation"]
-    y = _pool(ctx, x, kind, work, shape, out_shape, windows, strides, dilations, padding)
+    y = _pool(
+        ctx, x, kind, work, shape, out_shape, windows, strides, dilations, padding, same_upper
+    )
     if y is None:
+        if same_upper:
+            x, shape = pad_computed(ctx, x, shape, params["padding"], fill)
         x, shape = pad(ctx, x, shape, padding, fill)
         y = _general(ctx, x, kind, out_shape, windows, strides, dilations)
     if init is not None:
