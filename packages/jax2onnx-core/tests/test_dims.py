@@ -70,3 +70,24 @@ def test_a_variable_the_input_sizes_do_not_determine_is_refused_naming_it():
 
     with pytest.raises(LoweringError, match=r"'b'.*do not determine it.*2\*b, b \+ 1"):
         to_onnx(fn, [("b*b",)])
+
+
+def test_an_undecidable_comparison_names_the_line_and_the_constraint_that_decides_it():
+    table = jnp.ones((1, 64, 4))
+
+    def add_positions(x):
+        return x + table[:, : x.shape[1]]  # T rows or min(64, T)?
+
+    with pytest.raises(ValueError) as info:
+        to_onnx(add_positions, [("B", "T", 4)])
+    message = str(info.value)
+    assert "cannot decide a comparison of symbolic dimensions" in message
+    assert f"{__file__}:" in message and "(add_positions)" in message
+    assert "constraints=['T <= 64']" in message
+
+    spec = jax.export.symbolic_shape("B, T", constraints=["T <= 64"])
+    model = to_onnx(add_positions, [jax.ShapeDtypeStruct((*spec, 4), jnp.float32)])
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    for t in (1, 64):
+        x = np.zeros((2, t, 4), np.float32)
+        np.testing.assert_allclose(session.run(None, {"in_0": x})[0], add_positions(x))

@@ -56,6 +56,10 @@ class Case:
         factory: ``fn`` is a factory to call once per check.
         input_range: ``(low, high)`` of random inputs, for functions with a
             restricted domain (``log``, ``acosh`` ...).
+        constraints: ``jax.export`` constraints on the symbolic dimensions
+            (``"T <= 64"``) for the dynamic variant, where JAX needs them to
+            decide a shape (``pos[:, :T]`` of a 64-row table); every size in
+            ``dim_sizes`` must satisfy them.
     """
 
     name: str
@@ -74,6 +78,7 @@ class Case:
     opset: int | None = None
     factory: bool = False
     input_range: tuple[float, float] | None = None
+    constraints: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if not self.name or "/" in self.name or "[" in self.name:
@@ -146,6 +151,7 @@ def case(
     opset: int | None = None,
     factory: bool = False,
     input_range: tuple[float, float] | None = None,
+    constraints: Sequence[str] = (),
 ) -> Case:
     """Declare a test case next to the rule it tests.
 
@@ -189,6 +195,7 @@ def case(
         opset=opset,
         factory=factory,
         input_range=input_range,
+        constraints=(constraints,) if isinstance(constraints, str) else tuple(constraints),
     )
 
 

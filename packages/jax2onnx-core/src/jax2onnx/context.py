@@ -59,6 +59,20 @@ def source_line(eqn: Any, enclosing: str = UNKNOWN_SOURCE) -> str:
     return line or enclosing
 
 
+def user_line_of(tb: Any) -> str | None:
+    """The innermost line of the user's own code in a traceback, as ``file:line (function)``.
+
+    For errors raised while tracing, which have no equation yet: frames of
+    jax2onnx's packages and of installed libraries (JAX's) are skipped.
+    """
+    import traceback
+
+    for frame in reversed(traceback.extract_tb(tb)):
+        if not _ours(frame.filename) and not _installed(frame.filename):
+            return f"{frame.filename}:{frame.lineno} ({frame.name})"
+    return None
+
+
 def _installed(file_name: str) -> bool:
     return "site-packages" in file_name or "dist-packages" in file_name
 

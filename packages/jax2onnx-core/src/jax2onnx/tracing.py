@@ -13,12 +13,14 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import jax
 
 from jax2onnx.caching import EAGER_KEY, JIT_KEY
+from jax2onnx.context import user_line_of
 from jax2onnx.functions import exporting
 from jax2onnx.interceptions import interceptions_active
 from jax2onnx.specs import new_dimensions
@@ -77,19 +79,36 @@ def trace(fn: Callable[..., Any], specs: Any, registry: Any, plugin_set: Any) ->
             ) from err
         raise
     except Exception as err:
-        if type(err).__name__ != "InconclusiveDimensionOperation":
+        undecided = _undecided(err, specs.all_specs)
+        if undecided is None:
             raise
+        line = user_line_of(err.__traceback__)
         raise ValueError(
-            "JAX cannot decide a comparison of symbolic dimensions while tracing "
-            f"(inputs {[s.shape for s in specs.all_specs]}). Use concrete sizes for the "
-            "dimensions involved, or express the shape with the same symbols (e.g. 'B' and "
-            f"'2*B' rather than two unrelated names). JAX said: {err}"
+            f"JAX {undecided} while tracing{f' at {line}' if line else ''} (inputs "
+            f"{[s.shape for s in specs.all_specs]}). Use concrete sizes for the dimensions "
+            "involved, express the shapes with the same symbols (e.g. 'B' and '2*B' rather "
+            "than two unrelated names), or, when a size has a bound that decides it (a table "
+            "of 64 rows cut to T), give the bound as a constraint: "
+            "jax.ShapeDtypeStruct(jax.export.symbolic_shape('B, T', constraints=['T <= 64']), "
+            f"jnp.float32) in inputs. JAX said: {err}"
         ) from err
     check_supported(closed, registry, plugin_set)
     return closed, out_shapes
 
 
 _MAX_FLAGS = 4  # 2**4 traced branches at most
+
+
+def _undecided(err: Exception, specs: Sequence[Any]) -> str | None:
+    """What JAX could not decide about symbolic shapes, or None for another error."""
+    if type(err).__name__ == "InconclusiveDimensionOperation":
+        return "cannot decide a comparison of symbolic dimensions"
+    if isinstance(err, TypeError) and "incompatible shapes" in str(err):
+        symbols = {str(d) for spec in specs for d in spec.shape if not isinstance(d, int)}
+        names = set(re.findall(r"[A-Za-z_]\w*", " ".join(symbols)))
+        if names & set(re.findall(r"[A-Za-z_]\w*", str(err))):  # (B, T) vs (1, min(64, T))
+            return "cannot decide a comparison of symbolic dimensions (shapes it cannot match)"
+    return None
 
 
 def _flag_positions(specs: Any) -> list[int]:

@@ -39,6 +39,14 @@ def _small_cnn(x):
     return jnp.mean(y, axis=(1, 2))
 
 
+_POSITIONS = np.random.default_rng(3).standard_normal((1, 16, 4)).astype(np.float32)
+
+
+def _add_positions(x):
+    """GPT-style learned positions: the table cut to the sequence length."""
+    return x + jnp.asarray(_POSITIONS, x.dtype)[:, : x.shape[1]]
+
+
 def _vmapped_half_window(x, starts):
     """A window of T // 2 per row: a gather with a batch of starts and a symbolic window."""
     return jax.vmap(lambda row, i: lax.dynamic_slice_in_dim(row, i, row.shape[0] // 2))(x, starts)
@@ -81,6 +89,13 @@ family.add_cases(
             lambda x: x[: x.shape[0] // 2] * x[x.shape[0] // 2 :],
             [("2*b", 3)],  # b is known only as half of the axis: solved from its size
             expect=["Slice -> Mul"],
+        ),
+        case(
+            "positions_cut_to_length",
+            _add_positions,
+            [("B", "T", 4)],
+            constraints=["T <= 16"],  # without it JAX cannot tell T rows from min(16, T)
+            dim_sizes={"T": (5, 1, 16)},
         ),
         case(
             "vmap_half_window",

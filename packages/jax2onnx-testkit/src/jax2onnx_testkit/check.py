@@ -200,7 +200,7 @@ def case_specs(c: Case, precision: str, sizes: dict[str, int] | None) -> list[An
     """Conversion input specs: concrete sizes for static variants, symbols otherwise."""
     from jax import export
 
-    scope = export.SymbolicScope()
+    scope = export.SymbolicScope(list(c.constraints))
     specs = []
     for i, spec in enumerate(c.inputs):
         if not isinstance(spec, tuple):
