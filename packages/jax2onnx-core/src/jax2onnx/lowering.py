@@ -19,7 +19,7 @@ from jax._src import core as jax_core
 from jax2onnx import folding, opsets
 from jax2onnx._ir import ir
 from jax2onnx.context import UNKNOWN_SOURCE, LoweringContext, source_line
-from jax2onnx.dims import DimValue, evaluate, is_symbolic, solve_dims
+from jax2onnx.dims import DimScope
 from jax2onnx.dtypes import onnx_dtype, result_dtype
 from jax2onnx.errors import Jax2OnnxError, LoweringError
 from jax2onnx.keys import (
@@ -97,7 +97,7 @@ class Conversion:
         )
 
 
-class GraphScope:
+class GraphScope(DimScope):
     """One ONNX graph under construction.
 
     Constants and symbolic dimensions live in the root scope (the main graph,
@@ -115,11 +115,8 @@ class GraphScope:
         self.nodes: list[ir.Node] = []
         self.initializers: list[ir.Value] = []
         self.inputs: list[ir.Value] = []
-        self.symbol_sources: dict[str, tuple[ir.Value, int]] = {}
-        self._input_axes: list[tuple[ir.Value, int, Any]] = []  # every symbolic input axis
-        self._solved: dict[str, Any] | None = None  # variables only inputs' expressions hold
         self._consts: dict[Any, ir.Value] = {}
-        self._dims: dict[str, ir.Value] = {}
+        self.init_dims()
 
     def child(self) -> GraphScope:
         """A nested graph's scope (an If/Loop/Scan body) that sees this scope's values."""
@@ -230,140 +227,8 @@ class GraphScope:
         value = ir.Value(name=name, type=ir.TensorType(onnx_dtype(dtype)), shape=ir_shape(shape))
         self.inputs.append(value)
         self.bind_symbols(value, shape)
-        self._input_axes += [(value, axis, d) for axis, d in enumerate(shape) if is_symbolic(d)]
-        self._solved = None
+        self.record_input_axes(value, shape)
         return value
-
-    def bind_symbols(self, value: ir.Value, shape: Sequence[Any]) -> None:
-        """Make ``value`` the source of each dimension variable of ``shape`` not yet known.
-
-        A graph input carries its dimensions; so does the output of a rule whose
-        size depends on the data (a new dimension such as ``nonzero_0``, which no
-        input has). The source is kept in this scope: a value of a Loop/If body
-        is not visible from the graph around it.
-        """
-        for axis, d in enumerate(shape):
-            if is_symbolic(d):
-                for var in _plain_var(d):
-                    if self._find_symbol(var) is None:
-                        self.symbol_sources[var] = (value, axis)
-
-    def dim(self, d: Any) -> ir.Value:
-        """A dimension as an int64 tensor of shape ``[1]``.
-
-        Computed once, in the innermost graph holding a source of one of its
-        variables (the root graph for the inputs' dimensions), and cached there.
-        """
-        if not is_symbolic(d):
-            return self.const(np.array([int(d)], dtype=np.int64))
-        axis_scope = self._axis_scope(d)
-        if axis_scope is not None:  # the size of an input axis (b*b, 2*b): read it
-            key = str(d)
-            if key not in axis_scope._dims:
-                value, axis = next((v, a) for v, a, e in axis_scope._input_axes if e == d)
-                shape = axis_scope.add_node("Shape", [value], {"start": axis, "end": axis + 1})
-                axis_scope._dims[key] = shape[0]
-            return axis_scope._dims[key]
-        scopes = {}
-        owner = self.root
-        for var in sorted(d._get_vars()):
-            found = self._symbol_scope(var) or self._solving_scope(var)
-            if found is None:
-                raise LoweringError(
-                    f"symbolic dimension {var!r} (in {d}) does not appear in any input shape "
-                    "nor in an earlier output of this graph, and the input shapes do not "
-                    "determine it; give some input an axis whose size is "
-                    f"{var!r} or an expression JAX can solve for it (2*{var}, {var} + 1)"
-                )
-            scopes[var] = found
-            if _depth(found) > _depth(owner):
-                owner = found
-        key = str(d)
-        cached = owner._dims.get(key)
-        if cached is not None:
-            return cached
-        env = {}
-        for var, found in scopes.items():
-            if var in found.symbol_sources:
-                value, axis = found.symbol_sources[var]
-                shape = owner.add_node("Shape", [value], {"start": axis, "end": axis + 1})[0]
-            else:  # solved from input sizes that are expressions (2*b, b + 1)
-                shape = found.dim(found._solution()[var])
-            env[var] = DimValue(owner, shape)
-        result = evaluate(d, env.__getitem__)
-        value = result.value if isinstance(result, DimValue) else self.dim(result)
-        owner._dims[key] = value
-        return value
-
-    def _solution(self) -> dict[str, Any]:
-        """Dimension variables this scope's inputs have only inside expressions, solved.
-
-        JAX solves them from the sizes of the input axes (``b`` from an axis of
-        size ``2*b``); each solution is an expression of those sizes, whose
-        names become sources of this scope like the inputs' own variables.
-        """
-        if self._solved is None:
-            self._solved = {}
-            if any(not _plain_var(d) for _, _, d in self._input_axes):
-                solution, axes = solve_dims([d for _, _, d in self._input_axes])
-                for name, index in axes:
-                    value, axis, _ = self._input_axes[index]
-                    self.symbol_sources.setdefault(name, (value, axis))
-                self._solved = {v: e for v, e in solution.items() if v not in self.symbol_sources}
-        return self._solved
-
-    def _axis_scope(self, d: Any) -> GraphScope | None:
-        """The nearest scope with an input axis of size ``d`` exactly (an expression)."""
-        if _plain_var(d):
-            return None  # a variable's own source is found with the others
-        scope: GraphScope | None = self
-        while scope is not None:
-            if any(e == d for _, _, e in scope._input_axes):
-                return scope
-            scope = scope.parent
-        return None
-
-    def _solving_scope(self, var: str) -> GraphScope | None:
-        """The nearest scope whose inputs' sizes determine ``var`` (see `_solution`)."""
-        scope: GraphScope | None = self
-        while scope is not None:
-            if var in scope._solution():
-                return scope
-            scope = scope.parent
-        return None
-
-    def _symbol_scope(self, var: str) -> GraphScope | None:
-        """The nearest scope (this one, then the enclosing ones) holding a source of ``var``."""
-        scope: GraphScope | None = self
-        while scope is not None:
-            if var in scope.symbol_sources:
-                return scope
-            scope = scope.parent
-        return None
-
-    def _find_symbol(self, var: str) -> tuple[ir.Value, int] | None:
-        scope = self._symbol_scope(var)
-        return None if scope is None else scope.symbol_sources[var]
-
-    def shape(self, dims: Sequence[Any]) -> ir.Value:
-        """A 1-D int64 shape tensor; constant when every dim is static."""
-        if not any(is_symbolic(d) for d in dims):
-            return self.const(np.array([int(d) for d in dims], dtype=np.int64))
-        pieces: list[ir.Value] = []
-        static: list[int] = []
-        for d in dims:
-            if is_symbolic(d):
-                if static:
-                    pieces.append(self.const(np.array(static, dtype=np.int64)))
-                    static = []
-                pieces.append(self.dim(d))
-            else:
-                static.append(int(d))
-        if static:
-            pieces.append(self.const(np.array(static, dtype=np.int64)))
-        if len(pieces) == 1:
-            return pieces[0]
-        return self.add_node("Concat", pieces, {"axis": 0})[0]
 
     # -- lowering ----------------------------------------------------------
     def lower_jaxpr(
@@ -536,18 +401,6 @@ def _native(eqn: Any, dtypes: frozenset[np.dtype]) -> bool:
         if is_extended(dtype) or np.dtype(dtype) not in dtypes:
             return False
     return True
-
-
-def _depth(scope: GraphScope) -> int:
-    depth = 0
-    while scope.parent is not None:
-        scope, depth = scope.parent, depth + 1
-    return depth
-
-
-def _plain_var(d: Any) -> list[str]:
-    var = d._to_var() if hasattr(d, "_to_var") else None
-    return [var] if var is not None else []
 
 
 def _avals(vars_: Sequence[Any]) -> str:

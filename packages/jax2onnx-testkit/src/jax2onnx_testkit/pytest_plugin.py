@@ -10,7 +10,6 @@ the core plugin). A test module may instead name plugins with
 from __future__ import annotations
 
 import json
-import os
 import pathlib
 import tomllib
 
@@ -25,8 +24,8 @@ def pytest_addoption(parser):
         action="store_true",
         default=False,
         help="the development loop: one variant per jax2onnx case (the symbolic one where the "
-        "case has symbolic dimensions, else its first precision), and tests marked "
-        "full_suite deselected",
+        "case has symbolic dimensions, else its first precision), tests marked full_suite "
+        "deselected, and JAX's compiled programs kept in .jax_cache/ for the next run",
     )
     parser.addoption(
         "--jax2onnx-timings",
@@ -45,10 +44,11 @@ class _TimingRecorder:
     or the only process); check phases by the process that ran the check.
     """
 
-    def __init__(self, path: pathlib.Path) -> None:
+    def __init__(self, path: pathlib.Path, *, worker: bool) -> None:
         from jax2onnx_testkit.timing import CompileMeter
 
         self.path = path
+        self.worker = worker  # an xdist worker: its reports reach the controller
         self.meter = CompileMeter()
         self.meter.install()
 
@@ -57,7 +57,7 @@ class _TimingRecorder:
             f.write(json.dumps(line) + "\n")
 
     def pytest_runtest_logreport(self, report):
-        if os.environ.get("PYTEST_XDIST_WORKER") is not None:
+        if self.worker:
             return  # the controller writes it, with the worker's name
         node = getattr(report, "node", None)
         worker = node.gateway.id if node is not None else "main"
@@ -82,11 +82,43 @@ def pytest_configure(config):
         "full_suite: a test that runs in the full suite only, not under --quick "
         "(the opset matrix, the docs pages, the site build)",
     )
+    if config.getoption("--quick", False):
+        _compilation_cache(pathlib.Path(str(config.rootpath)) / ".jax_cache")
     path = config.getoption("--jax2onnx-timings", None)
     if path is not None:
-        recorder = _TimingRecorder(pathlib.Path(path).resolve())
+        recorder = _TimingRecorder(
+            pathlib.Path(path).resolve(), worker=hasattr(config, "workerinput")
+        )
         config.stash[_TIMINGS] = recorder
         config.pluginmanager.register(recorder, "jax2onnx-timings")
+
+
+def _compilation_cache(directory: pathlib.Path) -> None:
+    """``--quick`` keeps JAX's compiled programs in ``directory`` for the next run.
+
+    Every program is kept (CPU programs compile in well under the default
+    one-second threshold). Set through the environment, which the xdist
+    workers inherit, and JAX's config where JAX is already imported; a cache
+    directory the user set is left alone.
+    """
+    import os
+    import sys
+
+    settings = {
+        "jax_compilation_cache_dir": str(directory),
+        "jax_persistent_cache_min_compile_time_secs": "0",
+        "jax_persistent_cache_min_entry_size_bytes": "0",
+    }
+    if os.environ.get("JAX_COMPILATION_CACHE_DIR"):
+        return
+    for name, value in settings.items():
+        os.environ[name.upper()] = value
+    if "jax" in sys.modules:
+        import jax
+
+        jax.config.update("jax_compilation_cache_dir", str(directory))
+        jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
+        jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
 
 
 def pytest_collection_modifyitems(config, items):
