@@ -284,34 +284,26 @@ class DimScope:
                 self._solved = {v: e for v, e in solution.items() if v not in self.symbol_sources}
         return self._solved
 
+    def _nearest(self, holds: Callable[[DimScope], bool]) -> DimScope | None:
+        """The nearest scope (this one, then the enclosing ones) for which ``holds`` is true."""
+        scope: DimScope | None = self
+        while scope is not None and not holds(scope):
+            scope = scope.parent
+        return scope
+
     def _axis_scope(self, d: Any) -> DimScope | None:
         """The nearest scope with an input axis of size ``d`` exactly (an expression)."""
         if _plain_var(d):
             return None  # a variable's own source is found with the others
-        scope: DimScope | None = self
-        while scope is not None:
-            if any(e == d for _, _, e in scope._input_axes):
-                return scope
-            scope = scope.parent
-        return None
+        return self._nearest(lambda scope: any(e == d for _, _, e in scope._input_axes))
 
     def _solving_scope(self, var: str) -> DimScope | None:
         """The nearest scope whose inputs' sizes determine ``var`` (see `_solution`)."""
-        scope: DimScope | None = self
-        while scope is not None:
-            if var in scope._solution():
-                return scope
-            scope = scope.parent
-        return None
+        return self._nearest(lambda scope: var in scope._solution())
 
     def _symbol_scope(self, var: str) -> DimScope | None:
-        """The nearest scope (this one, then the enclosing ones) holding a source of ``var``."""
-        scope: DimScope | None = self
-        while scope is not None:
-            if var in scope.symbol_sources:
-                return scope
-            scope = scope.parent
-        return None
+        """The nearest scope holding a source of ``var``."""
+        return self._nearest(lambda scope: var in scope.symbol_sources)
 
     def _find_symbol(self, var: str) -> tuple[ir.Value, int] | None:
         scope = self._symbol_scope(var)
