@@ -135,3 +135,25 @@ def test_same_strided_conv_on_symbolic_sizes_is_one_conv_with_same_upper():
         x = np.random.default_rng(h).standard_normal((2, h, w_, 2)).astype(np.float32)
         (got,) = _run(model, x)
         np.testing.assert_allclose(got, fn(x), rtol=1e-5, atol=1e-5)
+
+
+def test_a_symbolic_group_count_is_a_matmul_over_shifted_slices():
+    """Per-sample kernels under vmap fold the batch into the groups: Conv's `group` is static."""
+
+    def one(image, k):
+        y = jax.lax.conv_general_dilated(
+            image[None],
+            k,
+            (1, 1),
+            "SAME",
+            dimension_numbers=("NHWC", "HWIO", "NHWC"),
+            feature_group_count=2,
+        )
+        return y[0]
+
+    fn = jax.vmap(one)
+    model = jax2onnx.to_onnx(fn, [("B", 4, 5, 2), ("B", 3, 3, 1, 2)])
+    ops = [n.op_type for n in model.graph.node]
+    assert "Conv" not in ops and ops.count("MatMul") == 1
+    static = jax2onnx.to_onnx(fn, [(3, 4, 5, 2), (3, 3, 3, 1, 2)])
+    assert [n.op_type for n in static.graph.node].count("Conv") == 1

@@ -42,3 +42,30 @@ def test_aliases_share_a_row_and_markdown_has_a_table():
     text = render(rows, markdown=True)
     assert text.startswith("# Coverage")
     assert "| core | `jit, pjit` |" in text
+
+
+def test_update_converts_only_the_changed_and_the_named_rows(tmp_path):
+    from jax2onnx_testkit.coverage import read_table, update
+
+    table = tmp_path / "coverage.md"
+    table.write_text(render(coverage(["myops"]), markdown=True))
+    committed = read_table(table)
+    gate = committed["myops", "myops.swish_gate"]
+    clip = committed["myops", "myops.softclip"]
+    # an edited ops cell stands for a row converted by an older release; a wrong
+    # case count for a declaration that changed since
+    lines = table.read_text().replace(f"| {gate[2]} |", "| Stale |")
+    table.write_text(
+        lines.replace(
+            f"| {clip[2]} | {clip[3]} | {clip[4]} | {clip[5]} | {clip[6]} |",
+            f"| Stale | {clip[3]} | {clip[4]} | {clip[5]} | 99 |",
+        )
+    )
+    rows = {r.primitive: r for r in update(table, ["myops"])}
+    assert rows["myops.swish_gate"].kept_ops == "Stale"  # declaration unchanged: kept
+    assert rows["myops.softclip"].kept_ops is None and {"Abs", "Div"} <= rows["myops.softclip"].ops
+    rows = {r.primitive: r for r in update(table, ["myops"], ["myops.swish_gate"])}
+    assert (
+        rows["myops.swish_gate"].ops == {"Mul", "Sigmoid"}
+        and rows["myops.swish_gate"].kept_ops is None
+    )

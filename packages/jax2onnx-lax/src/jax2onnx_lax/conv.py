@@ -114,7 +114,7 @@ def _patch_matmul(ctx, x, w, shape, kernel, strides, dilation, groups, out_shape
     if w.const_value is not None:
         wm = ctx.const(w.const_value.numpy().reshape(groups, o // groups, inner))
     else:
-        wm = ctx.op.Reshape(w, ctx.i64([groups, o // groups, inner]))
+        wm = reshape(ctx, w, [groups, o // groups, inner])
     return reshape(ctx, ctx.op.MatMul(wm, patches), out_shape, keep=1)
 
 
@@ -366,24 +366,27 @@ def conv_general_dilated(
     the batch groups into the channel axis. Negative padding is a Slice. Where
     ONNX Runtime has no Conv kernel (float64, integers) the convolution is a
     MatMul over strided slices, computed in the output dtype (narrow integers in
-    int32, wrapping like JAX).
+    int32, wrapping like JAX). So is a convolution whose group count is symbolic
+    (per-sample kernels under ``jax.vmap`` fold the batch into the groups), since
+    Conv's ``group`` is a static attribute.
     """
     lhs_aval, rhs_aval = ctx.avals_in
     out_aval = ctx.avals_out[0]
     lhs_spec, rhs_spec, out_spec = (list(map(int, s)) for s in dimension_numbers)
     work, native = _work_dtype(out_aval.dtype)
     n_sp = lhs_aval.ndim - 2
-    native = native and n_sp > 0
+    # a symbolic group count (per-sample kernels under vmap fold the batch into the groups)
+    # cannot be Conv's static `group`: such convolutions are the MatMul over shifted slices
+    groups = feature_group_count if batch_group_count == 1 else batch_group_count
+    native = native and n_sp > 0 and not is_symbolic(groups)
     x = ctx.cast(lhs, work)
     w = ctx.transpose(ctx.cast(rhs, work), rhs_spec)
     shape = [lhs_aval.shape[i] for i in lhs_spec]
     kshape = [rhs_aval.shape[i] for i in rhs_spec]
     kernel = [int(k) for k in kshape[2:]]
     out_shape = [out_aval.shape[i] for i in out_spec]
-    groups = feature_group_count
     if batch_group_count > 1:
         x, shape = _ungroup_batch(ctx, x, lhs_aval.shape, lhs_spec, batch_group_count)
-        groups = batch_group_count
     else:
         x = ctx.transpose(x, lhs_spec)
     strides, dilation = list(window_strides), list(rhs_dilation)

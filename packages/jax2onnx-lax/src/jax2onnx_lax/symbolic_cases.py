@@ -39,6 +39,32 @@ def _small_cnn(x):
     return jnp.mean(y, axis=(1, 2))
 
 
+def _per_sample_depthwise(x, kernels):
+    """Each image with its own depthwise kernels (dynamic convolutions, hypernetworks):
+    under vmap JAX folds the batch into the groups (feature_group_count = 4*B)."""
+
+    def one(image, k):
+        y = lax.conv_general_dilated(
+            image[None], k, (1, 1), "SAME", dimension_numbers=_NHWC, feature_group_count=4
+        )
+        return y[0]
+
+    return jax.vmap(one)(x, kernels)
+
+
+def _per_sample_kernel_grads(x, kernels):
+    """Per-example gradients of a conv's kernel (DP-SGD): the batch becomes batch groups."""
+
+    def one(image, k):
+        def loss(k):
+            y = lax.conv_general_dilated(image[None], k, (2, 2), "SAME", dimension_numbers=_NHWC)
+            return jnp.sum(y * y)
+
+        return jax.grad(loss)(k)
+
+    return jax.vmap(one)(x, kernels)
+
+
 _POSITIONS = np.random.default_rng(3).standard_normal((1, 16, 4)).astype(np.float32)
 
 
@@ -149,6 +175,16 @@ family.add_cases(
             _small_cnn,
             [("B", "H", "W", 3)],
             dim_sizes=_IMAGE,
+        ),
+        case(
+            "per_sample_depthwise_kernels",
+            _per_sample_depthwise,
+            [("B", 5, 6, 4), ("B", 3, 3, 1, 4)],
+        ),
+        case(
+            "per_sample_kernel_grads",
+            _per_sample_kernel_grads,
+            [("B", 5, 5, 2), ("B", 3, 3, 2, 3)],
         ),
     ],
 )

@@ -6,13 +6,15 @@ drift from the code. The opsets and the vmap/grad column are read from the
 rules: where each lowering starts (``min_opset``), what happens below it, and
 for a plugin's own (macro) primitives the batching and JVP strategies.
 ``jax2onnx coverage`` prints the table; ``--markdown`` writes the form kept in
-``docs/coverage.md``.
+``docs/coverage.md``; ``--update FILE`` rewrites such a file converting only the
+rows whose declaration changed (and those named with ``--primitive``).
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+import pathlib
+from collections.abc import Collection, Sequence
 from typing import Any
 
 import jax
@@ -35,6 +37,12 @@ class CoverageRow:
     errors: list[str] = dataclasses.field(default_factory=list)
     #: cases marked ``xfail`` (a documented gap) that failed as they say
     known_gaps: list[str] = dataclasses.field(default_factory=list)
+    #: the ONNX ops cell kept from an earlier table (``update``), instead of converting
+    kept_ops: str | None = None
+
+    def declared(self) -> list[str]:
+        """The cells the rules declare: opsets, dtypes, vmap / grad, cases."""
+        return [self.opsets, " ".join(sorted(self.dtypes)) or "-", self.transforms, str(self.cases)]
 
 
 def _case_dtypes(case: Any, precision: str) -> set[str]:
@@ -70,7 +78,10 @@ def _opsets(lowerings: Sequence[Any], name: str, is_macro: bool) -> str:
 
 
 def coverage(
-    plugin_names: Sequence[str] | None = None, *, convert: bool = True
+    plugin_names: Sequence[str] | None = None,
+    *,
+    convert: bool = True,
+    only: Collection[tuple[str, str]] | None = None,
 ) -> list[CoverageRow]:
     """Rows for every primitive lowered by the named plugins (default: all).
 
@@ -79,6 +90,8 @@ def coverage(
         convert: convert each case to learn the ONNX ops its rule emits. Without
             it (fast) the rows hold what the rules declare: opsets, vmap/grad,
             dtypes and case counts, and no ops.
+        only: with ``convert``, convert the cases of these ``(plugin, row label)``
+            rows only; the others get no ops.
     """
     import jax2onnx
     from jax2onnx_testkit.check import case_specs, variants_of
@@ -127,6 +140,8 @@ def coverage(
                     row.dtypes |= _case_dtypes(case, variant.precision)
                 if variant.precision != "f32" or case.skip or not convert:
                     continue
+                if only is not None and (plugin.name, row.primitive) not in only:
+                    continue
                 sizes = None if variant.dynamic else {s: case.sizes(s)[0] for s in case.symbols}
                 try:
                     fn = case.fn() if case.factory else case.fn
@@ -155,12 +170,13 @@ def render(rows: Sequence[CoverageRow], *, markdown: bool) -> str:
     for r in rows:
         converted = r.cases - len(r.known_gaps) - len(r.errors)
         ops = " ".join(sorted(r.ops)) or ("(no node: inlined or constant)" if converted else "-")
+        if r.kept_ops is not None:
+            ops = r.kept_ops
         if r.errors:
             ops += f" [failed: {', '.join(r.errors)}]"
         if r.known_gaps:
             ops += f" [known gap, xfail: {', '.join(r.known_gaps)}]"
-        dtypes = " ".join(sorted(r.dtypes)) or "-"
-        body.append([r.plugin, r.primitive, ops, r.opsets, dtypes, r.transforms, str(r.cases)])
+        body.append([r.plugin, r.primitive, ops, *r.declared()])
     if markdown:
         lines = [
             "# Coverage",
@@ -195,3 +211,38 @@ def render(rows: Sequence[CoverageRow], *, markdown: bool) -> str:
         )
         + "\n"
     )
+
+
+def read_table(path: pathlib.Path) -> dict[tuple[str, str], list[str]]:
+    """The rows of a ``--markdown`` table: ``(plugin, primitive)`` -> its seven cells."""
+    rows = {}
+    for line in path.read_text().splitlines():
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        if line.startswith("| ") and len(cells) == 7 and cells[1].startswith("`"):
+            rows[cells[0], cells[1].strip("`")] = cells
+    return rows
+
+
+def update(
+    path: pathlib.Path, plugin_names: Sequence[str] | None = None, primitives: Sequence[str] = ()
+) -> list[CoverageRow]:
+    """Rows for ``path``'s table brought up to date, converting as little as possible.
+
+    A row keeps its ONNX ops cell when its declaration (opsets, dtypes, vmap/grad,
+    case count) is unchanged and none of its primitives is in ``primitives``; new
+    rows, changed ones and the named ones are converted. A rule whose emitted ops
+    changed with no change to its cases must be named: the table cannot see it.
+    """
+    committed = read_table(path)
+    fresh = coverage(plugin_names, convert=False)
+    stale = {
+        (r.plugin, r.primitive)
+        for r in fresh
+        if committed.get((r.plugin, r.primitive), [None] * 3)[3:] != r.declared()
+        or set(r.primitive.split(", ")) & set(primitives)
+    }
+    rows = coverage(plugin_names, only=stale) if stale else fresh
+    for row in rows:
+        if (row.plugin, row.primitive) not in stale:
+            row.kept_ops = committed[row.plugin, row.primitive][2]
+    return rows
