@@ -91,3 +91,26 @@ def test_an_undecidable_comparison_names_the_line_and_the_constraint_that_decide
     for t in (1, 64):
         x = np.zeros((2, t, 4), np.float32)
         np.testing.assert_allclose(session.run(None, {"in_0": x})[0], add_positions(x))
+
+
+def test_python_arithmetic_on_a_symbolic_size_names_the_line():
+    def smooth(x):
+        return jnp.convolve(x, jnp.ones(3), mode="same")  # NumPy-sized arrays of len(x)
+
+    with pytest.raises(ValueError) as info:
+        to_onnx(smooth, [("T",)])
+    message = str(info.value)
+    assert "needs the concrete value of a symbolic dimension" in message
+    assert f"{__file__}:" in message and "give that axis a static size" in message
+
+
+def test_a_ceiling_of_a_size_is_one_add_and_one_div():
+    def first_half_rounded_up(x):
+        return x[:, : -(-(x.shape[1] + 1) // 3)]  # ceil((T + 1) / 3)
+
+    model = to_onnx(first_half_rounded_up, [("B", "T")])
+    assert [n.op_type for n in model.graph.node] == ["Shape", "Add", "Div", "Slice"]
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    for t in range(1, 8):
+        x = np.arange(2 * t, dtype=np.float32).reshape(2, t)
+        np.testing.assert_array_equal(session.run(None, {"in_0": x})[0], first_half_rounded_up(x))

@@ -79,11 +79,19 @@ def _rules():
     def _norm(ctx, x, s, b):
         return ctx.op.LayerNormalization(x, s, b, axis=-1, epsilon=1e-5)
 
+    swap_p = rules.primitive(
+        "forms.swap_sizes", impl=lambda x: x.reshape(x.shape[1], x.shape[0], *x.shape[2:])
+    )
+
+    @rules.lowering(swap_p)
+    def _swap(ctx, x):
+        return ctx.reshape(x, ctx.avals_out[0].shape)  # allowzero=1 for the symbolic sizes
+
     rules.freeze()
-    return rules, reduce_p, split_p, size_p, add_p, inf_p, norm_p
+    return rules, reduce_p, split_p, size_p, add_p, inf_p, norm_p, swap_p
 
 
-RULES, REDUCE, SPLIT, SIZE, ADD, ISINF, NORM = _rules()
+RULES, REDUCE, SPLIT, SIZE, ADD, ISINF, NORM, SWAP = _rules()
 F32 = np.float32
 
 
@@ -169,6 +177,28 @@ def test_forms_are_rewritten_only_below_their_opset():
     assert "LayerNormalization" not in [n.op_type for n in norm16.graph.node]
     norm17 = to_onnx(lambda *a: NORM.bind(*a), [(2, 8), (8,), (8,)], opset=17, extra_rules=RULES)
     assert [n.op_type for n in norm17.graph.node] == ["LayerNormalization"]
+
+
+@pytest.mark.parametrize("opset", [13, 14, 23])
+@pytest.mark.parametrize("dtype", [np.float32, np.int16, np.float16])
+def test_a_reshape_to_run_time_sizes_keeps_a_zero_size(opset, dtype):
+    # a 0 in a computed target is a size (allowzero=1), not ONNX's "copy the input's axis";
+    # opset 13 has no allowzero: the Reshape is rewritten
+    spec = [_spec(("B", "T", 0), dtype)]
+    model = to_onnx(lambda x: SWAP.bind(x), spec, opset=opset, extra_rules=RULES)
+    onnx.checker.check_model(model, full_check=True)
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    for shape in ((2, 0, 0), (0, 3, 0)):
+        x = np.zeros(shape, dtype)
+        (got,) = session.run(None, {session.get_inputs()[0].name: x})
+        assert got.shape == (shape[1], shape[0], 0)
+    spec = [_spec(("B", "T"), dtype)]
+    model = to_onnx(lambda x: SWAP.bind(x), spec, opset=opset, extra_rules=RULES)
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    for shape in ((2, 0), (0, 3), (2, 3)):
+        x = np.arange(np.prod(shape)).astype(dtype).reshape(shape)
+        (got,) = session.run(None, {session.get_inputs()[0].name: x})
+        np.testing.assert_array_equal(got, x.reshape(shape[1], shape[0]))
 
 
 @pytest.mark.parametrize(("dtype", "since"), [(jnp.float8_e4m3fn, 19), (jnp.int4, 21)])

@@ -19,6 +19,7 @@ import numpy as np
 
 from jax2onnx import kernels
 from jax2onnx._ir import ir
+from jax2onnx.dims import is_symbolic
 from jax2onnx.dtypes import exact_cast, onnx_dtype
 from jax2onnx.errors import LoweringError
 
@@ -259,6 +260,18 @@ class LoweringContext:
         except Exception as err:
             shown = "(" + ", ".join(str(d) for d in dims) + ")"
             raise self.error(f"cannot compute shape {shown} as an ONNX value: {err}") from err
+
+    def reshape(self, x: ir.Value, sizes: Sequence[Any]) -> ir.Value:
+        """``x`` reshaped to ``sizes`` (ints or symbolic dimensions, no -1).
+
+        The target is a constant when every size is static; a size that is 0
+        (or symbolic, so possibly 0 at run time) sets ``allowzero=1``, so the
+        0 is a size and not ONNX's "copy the input's axis" (below opset 14
+        the Reshape is rewritten to the same effect, see ``jax2onnx.opsets``).
+        """
+        sizes = list(sizes)
+        maybe_zero = any(is_symbolic(d) or int(d) == 0 for d in sizes)
+        return self.op.Reshape(x, self.shape(sizes), allowzero=1 if maybe_zero else None)
 
     # -- common moves --------------------------------------------------------------
     def cast(self, x: ir.Value, dtype: Any) -> ir.Value:

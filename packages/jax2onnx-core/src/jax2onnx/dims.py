@@ -114,6 +114,10 @@ def evaluate(d: Any, lookup: Callable[[str], DimValue]) -> DimValue | int:
         return int(d)
     total: DimValue | int = 0
     for term, coeff in d._sorted_terms:
+        ceiling = _ceiling(term, lookup)
+        if ceiling is not None:  # k * floordiv(-n, b) is -k * ceil(n / b)
+            total = _plus_times(total, -coeff, ceiling)
+            continue
         value: DimValue | int = 1
         for factor, power in term._factors:
             f = _factor(factor, lookup)
@@ -121,6 +125,27 @@ def evaluate(d: Any, lookup: Callable[[str], DimValue]) -> DimValue | int:
                 value = f if isinstance(value, int) and value == 1 else value * f
         total = _plus_times(total, coeff, value)
     return total
+
+
+def _ceiling(term: Any, lookup: Callable[[str], DimValue]) -> DimValue | None:
+    """``ceil(n / b)`` for a term ``floordiv(-n, b)`` with ``n >= 0`` and a constant ``b > 0``.
+
+    The ceiling of a size (``-(-T // 2)``, the output size of a SAME stride-2
+    window) is then one ``Add`` and one truncating ``Div``, not the general floor.
+    """
+    if len(term._factors) != 1 or term._factors[0][1] != 1:
+        return None
+    factor = term._factors[0][0]
+    if factor.var is not None or factor.operation != "floordiv":
+        return None
+    a_expr, b_expr = factor.operands
+    b = evaluate(b_expr, lookup)  # a constant may still be a DimExpr
+    if not isinstance(b, int) or b <= 0 or not _nonnegative(-a_expr):
+        return None
+    n = evaluate(-a_expr + (b - 1), lookup)  # JAX simplifies (T - 1) + 1 to T
+    if isinstance(n, int):
+        return None
+    return n if b == 1 else n.truncdiv(b)
 
 
 def _plus_times(total: DimValue | int, k: int, value: DimValue | int) -> DimValue | int:

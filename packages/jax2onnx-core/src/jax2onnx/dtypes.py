@@ -55,8 +55,9 @@ _SAME_DTYPE = frozenset(
     "Concat Conv ConvTranspose Cos Cosh CumSum DepthToSpace Div Dropout Einsum Elu Erf Exp Expand "
     "Flatten Floor Gather GatherElements GatherND Gelu Gemm GlobalAveragePool HardSigmoid "
     "HardSwish Identity InstanceNormalization LayerNormalization LeakyRelu Log LogSoftmax MatMul "
-    "Max MaxPool Mean Min Mish Mod Mul Neg Pad Pow Reciprocal ReduceL1 ReduceL2 ReduceLogSumExp "
-    "ReduceMax ReduceMean ReduceMin ReduceProd ReduceSum ReduceSumSquare Relu Reshape Resize "
+    "Max MaxPool Mean Min Mish Mod Mul Neg Pad Pow Range Reciprocal ReduceL1 ReduceL2 "
+    "ReduceLogSumExp ReduceMax ReduceMean ReduceMin ReduceProd ReduceSum ReduceSumSquare Relu "
+    "Reshape Resize "
     "Round ScatterElements ScatterND Selu Sigmoid Sign Sin Sinh Slice Softmax Softplus Softsign "
     "SpaceToDepth Sqrt Squeeze Sub Sum Tan Tanh Tile Transpose Trilu Unsqueeze".split()
 )

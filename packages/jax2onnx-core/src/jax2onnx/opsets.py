@@ -1,11 +1,12 @@
 """Older opsets: node forms newer than the target opset, written with older ops as they are emitted.
 
 Lowerings emit today's ONNX (``ReduceMean`` with its axes as an input,
-``Split(num_outputs=)``, ``Shape(start=, end=)``, ``Add`` on int8 ...). When
-the conversion targets an opset older than the form, :func:`adapt` writes the
-same computation in the older form. The table is data: op type -> (the opset
-the form needs, when a node needs it, its rewrite), so every plugin's lowerings
-work at opsets 13..26 without an ``if ctx.opset`` of their own. Ops that do
+``Split(num_outputs=)``, ``Shape(start=, end=)``, ``Add`` on int8,
+``Reshape(allowzero=1)`` ...). When the conversion targets an opset older
+than the form, :func:`adapt` writes the same computation in the older form.
+The table is data: op type -> (the opset the form needs, when a node needs it,
+its rewrite), so every plugin's lowerings work at opsets 13..26 without an
+``if ctx.opset`` of their own. Ops that do
 not exist at all below some opset (``BitwiseAnd``, ``GroupNormalization`` ...)
 are the lowerings' business: they register a second lowering with a lower
 ``min_opset`` (or a macro primitive falls back to its ``impl``).
@@ -176,6 +177,41 @@ def _layer_norm(scope, op_type, inputs, attrs, num_outputs):
     return scope.add_node("Add", [y, bias], {})
 
 
+def _reshape_zero(scope, op_type, inputs, attrs, num_outputs):
+    """Reshape(allowzero=1) (opset 14) -> a Reshape to the target with 0s raised to 1, cut back.
+
+    Before opset 14 a 0 in a Reshape's target copies the input's axis. When
+    the target holds sizes (no -1) that may be 0 at run time, the data is
+    flattened, padded with zeros to the product of the raised target (no
+    padding unless the result is empty), reshaped to the raised target and
+    sliced to the real one: the same array, of the right zero-size shape.
+    """
+    x, shape = inputs
+    attrs = {k: v for k, v in attrs.items() if k != "allowzero"}
+    known = shape.const_value
+    if known is not None and 0 not in known.numpy():
+        return scope.add_node("Reshape", [x, shape], attrs)
+
+    def i64(values):
+        return scope.const(np.array(values, np.int64))
+
+    (flat,) = scope.add_node("Reshape", [x, i64([-1])], {})
+    (raised,) = scope.add_node("Max", [shape, i64([1])], {})
+    (total,) = scope.add_node("ReduceProd", [raised], {"keepdims": 1})
+    (size,) = scope.add_node("Shape", [flat], {})
+    (extra,) = scope.add_node("Sub", [total, size], {})
+    if x.dtype is None:  # Pad's zeros (ONNX Runtime's Pad-13 lacks 16-bit types)
+        (pads,) = scope.add_node("Concat", [i64([0]), extra], {"axis": 0})
+        (padded,) = scope.add_node("Pad", [flat, pads], {})
+    else:
+        zero = scope.const(np.zeros((1,), x.dtype.numpy()))
+        (filler,) = scope.add_node("Expand", [zero, extra], {})
+        (padded,) = scope.add_node("Concat", [flat, filler], {"axis": 0})
+    (full,) = scope.add_node("Reshape", [padded, raised], {})
+    (starts,) = scope.add_node("Sub", [shape, shape], {})
+    return scope.add_node("Slice", [full, starts, shape], {})
+
+
 # op type -> [(opset the form needs, does this node use the form?, rewrite)]
 ADAPTERS: dict[str, list[tuple[int, Needs, Rewrite]]] = {
     **{
@@ -192,6 +228,7 @@ ADAPTERS: dict[str, list[tuple[int, Needs, Rewrite]]] = {
     },
     "IsInf": [(20, lambda inputs, attrs: inputs[0].dtype in _HALF_FLOATS, _half_check)],
     "LayerNormalization": [(17, lambda inputs, attrs: True, _layer_norm)],
+    "Reshape": [(14, lambda inputs, attrs: bool(attrs.get("allowzero")), _reshape_zero)],
     "Cast": [(since, _casts_to(since), _refuse_type) for since in (19, 21, 23)],
 }
 

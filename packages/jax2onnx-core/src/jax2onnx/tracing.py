@@ -82,15 +82,11 @@ def trace(fn: Callable[..., Any], specs: Any, registry: Any, plugin_set: Any) ->
         undecided = _undecided(err, specs.all_specs)
         if undecided is None:
             raise
+        what, remedy = undecided
         line = user_line_of(err.__traceback__)
         raise ValueError(
-            f"JAX {undecided} while tracing{f' at {line}' if line else ''} (inputs "
-            f"{[s.shape for s in specs.all_specs]}). Use concrete sizes for the dimensions "
-            "involved, express the shapes with the same symbols (e.g. 'B' and '2*B' rather "
-            "than two unrelated names), or, when a size has a bound that decides it (a table "
-            "of 64 rows cut to T), give the bound as a constraint: "
-            "jax.ShapeDtypeStruct(jax.export.symbolic_shape('B, T', constraints=['T <= 64']), "
-            f"jnp.float32) in inputs. JAX said: {err}"
+            f"JAX {what} while tracing{f' at {line}' if line else ''} (inputs "
+            f"{[s.shape for s in specs.all_specs]}). {remedy} JAX said: {err}"
         ) from err
     check_supported(closed, registry, plugin_set)
     return closed, out_shapes
@@ -99,15 +95,37 @@ def trace(fn: Callable[..., Any], specs: Any, registry: Any, plugin_set: Any) ->
 _MAX_FLAGS = 4  # 2**4 traced branches at most
 
 
-def _undecided(err: Exception, specs: Sequence[Any]) -> str | None:
-    """What JAX could not decide about symbolic shapes, or None for another error."""
+_DECIDE = (
+    "Use concrete sizes for the dimensions involved, express the shapes with the same "
+    "symbols (e.g. 'B' and '2*B' rather than two unrelated names), or, when a size has a "
+    "bound that decides it (a table of 64 rows cut to T, top_k(x, 2) on T >= 2), give the "
+    "bound as a constraint: jax.ShapeDtypeStruct(jax.export.symbolic_shape('B, T', "
+    "constraints=['T <= 64']), jnp.float32) in inputs."
+)
+_CONCRETE = (
+    "That code computes with the size itself in Python or NumPy (an int() of it, a NumPy "
+    "array of that length), which only a concrete size allows (jax.export refuses it too): "
+    "give that axis a static size, or compute with jnp/lax on the shape instead."
+)
+
+
+def _undecided(err: Exception, specs: Sequence[Any]) -> tuple[str, str] | None:
+    """What JAX could not do with symbolic shapes and what the user can do, or None."""
     if type(err).__name__ == "InconclusiveDimensionOperation":
-        return "cannot decide a comparison of symbolic dimensions"
-    if isinstance(err, TypeError) and "incompatible shapes" in str(err):
+        return "cannot decide a comparison of symbolic dimensions", _DECIDE
+    if not isinstance(err, (TypeError, ValueError)):
+        return None
+    message = str(err)
+    if "_DimExpr" in message:  # '_DimExpr' object cannot be interpreted as an integer
+        return "needs the concrete value of a symbolic dimension", _CONCRETE
+    if isinstance(err, TypeError) and "incompatible shapes" in message:
         symbols = {str(d) for spec in specs for d in spec.shape if not isinstance(d, int)}
         names = set(re.findall(r"[A-Za-z_]\w*", " ".join(symbols)))
-        if names & set(re.findall(r"[A-Za-z_]\w*", str(err))):  # (B, T) vs (1, min(64, T))
-            return "cannot decide a comparison of symbolic dimensions (shapes it cannot match)"
+        if names & set(re.findall(r"[A-Za-z_]\w*", message)):  # (B, T) vs (1, min(64, T))
+            return (
+                "cannot decide a comparison of symbolic dimensions (shapes it cannot match)",
+                _DECIDE,
+            )
     return None
 
 

@@ -1,11 +1,12 @@
 """Direct linear-algebra algorithms written in JAX, for the ``linalg`` lowerings.
 
 Each function here is plain JAX code on batches of matrices (leading dims,
-symbolic ones included; the matrix dims must be static). The lowerings trace
-them with ``ctx.decompose``, so they become ONNX through the existing lax
-lowerings. Loops over a matrix dimension are unrolled in Python up to
-:data:`UNROLL_MAX` steps (a compact straight-line graph) and become one
-``lax.fori_loop``/``lax.scan`` (one ONNX ``Loop``) above it.
+symbolic ones included). The lowerings trace them with ``ctx.decompose``, so
+they become ONNX through the existing lax lowerings. Loops over a matrix
+dimension are unrolled in Python up to :data:`UNROLL_MAX` steps (a compact
+straight-line graph) and become one ``lax.fori_loop``/``lax.scan`` (one ONNX
+``Loop``) above it, or when the dimension is symbolic (the trip count is then
+computed from the input's shape in the graph).
 
 Each step works on whole rows/columns with masks (``iota == j``) instead of
 updating slices in place, so the same code serves a Python int step (unrolled,
@@ -17,21 +18,30 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
+
+from jax2onnx.plugin import is_symbolic
 
 # Matrix dims up to this are unrolled: a straight-line graph, fastest in ONNX Runtime, growing
 # linearly with the size (a 16x16 LU is ~1200 nodes). Larger ones run one Loop of constant size.
 UNROLL_MAX = 16
 
 
-def repeat(n: int, body: Callable[[Any, Any], Any], state: Any, *, reverse: bool = False) -> Any:
+def unrolled(n: Any) -> bool:
+    """Whether a loop of ``n`` steps is unrolled: a static ``n`` up to :data:`UNROLL_MAX`."""
+    return not is_symbolic(n) and n <= UNROLL_MAX
+
+
+def repeat(n: Any, body: Callable[[Any, Any], Any], state: Any, *, reverse: bool = False) -> Any:
     """``state = body(j, state)`` for ``j`` in ``range(n)`` (reversed if asked).
 
-    Unrolled with Python ints up to :data:`UNROLL_MAX` steps, else one fori_loop.
+    Unrolled with Python ints up to :data:`UNROLL_MAX` steps, else one fori_loop
+    (also for a symbolic ``n``).
     """
-    if n <= UNROLL_MAX:
+    if unrolled(n):
         for j in reversed(range(n)) if reverse else range(n):
             state = body(j, state)
         return state
@@ -44,7 +54,7 @@ def scan(
     body: Callable[[Any, Any], Any], carry: Any, xs: Any, n: int, *, reverse: bool = False
 ) -> Any:
     """``lax.scan`` over the leading axis of ``xs`` (length ``n``), unrolled when small."""
-    if n > UNROLL_MAX:
+    if not unrolled(n):
         return lax.scan(body, carry, xs, reverse=reverse)
     ys = [None] * n
     for j in reversed(range(n)) if reverse else range(n):
@@ -52,11 +62,38 @@ def scan(
     return carry, [jnp.stack([y[k] for y in ys]) for k in range(len(ys[0]))]
 
 
-def iota(n: int, j: Any = None) -> Any:
-    """``arange(n)``: a NumPy constant when ``j`` is a Python int, else an int32 iota."""
-    if isinstance(j, int) or j is None:
+def iota(n: Any, j: Any = None) -> Any:
+    """``arange(n)``: a NumPy constant when ``j`` is a Python int (or None) and ``n``
+    static, else an int32 iota."""
+    if (isinstance(j, int) or j is None) and not is_symbolic(n):
         return np.arange(n)
     return lax.iota(np.int32, n)
+
+
+def dim_min(a: Any, b: Any) -> Any:
+    """``min(a, b)`` of two dimensions, static or symbolic (a symbolic ``min`` expression)."""
+    if is_symbolic(a):
+        return a.min(b)
+    return b.rmin(a) if is_symbolic(b) else min(a, b)
+
+
+def eye_mask(n: Any, k: int = 0) -> Any:
+    """``n x n`` boolean mask of diagonal ``k`` (``col == row + k``, as ``np.eye(n, k=k)``)."""
+    return iota(n)[None, :] == iota(n)[:, None] + k
+
+
+def dim_max(a: Any, b: Any) -> Any:
+    """``max(a, b)`` of two dimensions, static or symbolic (a symbolic ``max`` expression)."""
+    if is_symbolic(a):
+        return a.max(b)
+    return b.rmax(a) if is_symbolic(b) else max(a, b)
+
+
+def tril_mask(m: Any, n: Any = None, k: int = 0) -> Any:
+    """``m x n`` (``n x n`` if ``n`` is None) boolean mask of the lower triangle
+    ``col <= row + k``: a NumPy constant for static sizes."""
+    n = m if n is None else n
+    return iota(n)[None, :] <= iota(m)[:, None] + k
 
 
 def index(x: Any, j: Any, axis: int) -> Any:
@@ -64,7 +101,20 @@ def index(x: Any, j: Any, axis: int) -> Any:
     axis = axis % x.ndim
     if isinstance(j, int):
         return lax.index_in_dim(x, j, axis, keepdims=False)
+    if _maybe_empty(x.shape[axis]):  # a slice of size 1 needs a size JAX knows is >= 1
+        hit = lax.broadcasted_iota(np.int32, x.shape, axis) == j
+        return jnp.sum(jnp.where(hit, x, 0), axis=axis, dtype=x.dtype)
     return lax.dynamic_index_in_dim(x, j, axis, keepdims=False)
+
+
+def _maybe_empty(d: Any) -> bool:
+    """Whether ``d`` is symbolic and not known to be at least 1 (``N - 1``)."""
+    if not is_symbolic(d):
+        return False
+    try:
+        return not d >= 1
+    except jax.errors.InconclusiveDimensionOperation:
+        return True
 
 
 def pick(x: Any, p: Any) -> Any:
@@ -157,8 +207,7 @@ def cholesky(a: Any) -> Any:
         return jnp.where((rows == j)[None, :], col[..., :, None], low), ok & (d > 0)
 
     low, ok = repeat(n, body, (jnp.zeros_like(a), jnp.ones(batch, bool)))
-    tri = np.tril(np.ones((n, n), bool))
-    out = jnp.where(tri, low, a)
+    out = jnp.where(tril_mask(n), low, a)
     return jnp.where(ok[..., None, None], out, jnp.asarray(np.nan, a.dtype))
 
 
@@ -197,7 +246,7 @@ def lu(a: Any) -> tuple[Any, Any, Any]:
     the trailing rows. Returns ``(lu, pivots, permutation)``, int32 indices.
     """
     m, n = a.shape[-2:]
-    k = min(m, n)
+    k = dim_min(m, n)
     batch = a.shape[:-2]
     perm = jnp.broadcast_to(lax.iota(np.int32, m), (*batch, m))
     pivots = jnp.zeros((*batch, k), np.int32)

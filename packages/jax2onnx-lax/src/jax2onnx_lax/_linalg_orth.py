@@ -7,7 +7,8 @@
 * Cyclic Jacobi for the symmetric eigenproblem and one-sided (Hestenes) Jacobi
   for the SVD. Each sweep visits all pairs in ``n - 1`` rounds of ``n / 2``
   disjoint rotations (a round-robin schedule, padded to even ``n`` with a row and
-  column of zeros that no rotation ever touches), applied at once by gathers. The
+  column of zeros that no rotation ever touches; for a symbolic ``n`` the pairs of
+  a round are computed from its index), applied at once by gathers. The
   sweeps run in one ``while_loop`` until the off-diagonal part is at rounding
   level (at most :data:`MAX_SWEEPS`). Jacobi computes eigen- and singular values
   to high relative accuracy; the vectors are the same subspaces LAPACK finds, but
@@ -24,7 +25,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from jax2onnx_lax._linalg import index, iota, repeat, swap_rows
+from jax2onnx.plugin import is_symbolic
+from jax2onnx_lax._linalg import dim_min, eye_mask, index, iota, repeat, swap_rows, tril_mask
 
 MAX_SWEEPS = 30  # Jacobi converges quadratically: a handful of sweeps in practice
 
@@ -107,7 +109,7 @@ def _householder_step(a, taus, j):
 
 def geqrf(a: Any) -> tuple[Any, Any]:
     """Householder QR of ``a`` into LAPACK's packed form: ``(a, taus)``."""
-    k = min(a.shape[-2:])
+    k = dim_min(*a.shape[-2:])
     taus = jnp.zeros((*a.shape[:-2], k), a.dtype)
     return repeat(k, lambda j, carry: _householder_step(*carry, j), (a, taus))
 
@@ -126,7 +128,7 @@ def geqp3(a: Any, jpvt: Any) -> tuple[Any, Any, Any]:
     1-based, as LAPACK's.
     """
     m, n = a.shape[-2:]
-    k = min(m, n)
+    k = dim_min(m, n)
     perm = jnp.broadcast_to(lax.iota(np.int32, n), jpvt.shape)
     fixed = jpvt != 0
     count = jnp.zeros(jpvt.shape[:-1], np.int32)
@@ -199,14 +201,14 @@ def qr(a: Any, *, full_matrices: bool, pivoting: bool = False) -> tuple[Any, ...
     """``(q, r)`` (and the 0-based column permutation ``p`` when ``pivoting``) as JAX's
     QR: geqrf (geqp3), then the Householder product, then the upper triangle."""
     m, n = a.shape[-2:]
-    k = min(m, n)
+    k = dim_min(m, n)
     if pivoting:
         packed, jpvt, taus = geqp3(a, jnp.zeros((*a.shape[:-2], n), np.int32))
     else:
         packed, taus = geqrf(a)
-    q = householder_product(packed, taus, m if full_matrices or m < n else n)
+    q = householder_product(packed, taus, m if full_matrices else k)
     r = packed[..., : m if full_matrices else k, :]
-    r = jnp.where(np.triu(np.ones(r.shape[-2:], bool)), r, 0)
+    r = jnp.where(~tril_mask(*r.shape[-2:], -1), r, 0)
     return (q, r, jpvt - 1) if pivoting else (q, r)
 
 
@@ -230,11 +232,33 @@ def _schedule(n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return p, q, np.argsort(np.concatenate([p, q], axis=1), axis=1).astype(np.int32)
 
 
-def _round_indices(tables: tuple[np.ndarray, ...], r: Any) -> tuple[Any, ...]:
-    """Round ``r``'s rows of the schedule: constants for an int ``r``, gathers otherwise."""
+def _round_indices(tables: Any, r: Any) -> tuple[Any, ...]:
+    """Round ``r``'s rows of the schedule: constants for an int ``r``, gathers otherwise;
+    computed in the graph when ``tables`` is a symbolic (even) size."""
+    if is_symbolic(tables):
+        return _symbolic_round(tables, r)
     if isinstance(r, int):
         return tuple(t[r] for t in tables)
     return tuple(lax.dynamic_index_in_dim(jnp.asarray(t), r, 0, keepdims=False) for t in tables)
+
+
+def _symbolic_round(size: Any, r: Any) -> tuple[Any, ...]:
+    """Round ``r`` of a round-robin schedule for a symbolic even ``size``, by formula.
+
+    With ``m = size - 1`` (odd), round ``r`` pairs player ``m`` with ``r`` and
+    ``r + k`` with ``r - k`` (mod ``m``) for ``k = 1 .. size / 2 - 1``: every pair
+    meets once in ``m`` rounds (``x, y`` in round ``(x + y) / 2 mod m``).
+    """
+    m = jnp.asarray(size - 1, np.int32)
+    k = lax.iota(np.int32, size // 2)
+    a, b = (r + k) % m, jnp.where(k == 0, m, (r - k) % m)
+    p, q = jnp.minimum(a, b), jnp.maximum(a, b)
+    x = lax.iota(np.int32, size)
+    d = (x - r) % m
+    kx = jnp.where(x == m, 0, jnp.where(2 * d < m, d, m - d))
+    partner = jnp.where(x == m, r, jnp.where(x == r, m, (2 * r - x) % m))
+    inverse = jnp.where(x < partner, kx, kx + size // 2)
+    return p, q, inverse
 
 
 def _rotation(app, aqq, apq):
@@ -288,12 +312,28 @@ def _rotate(x, p, q, inverse, c, s, axis, phase=None):
 def _pad_even(x, axes):
     """``x`` with a zero row/column appended along ``axes`` when the matrix size is odd."""
     n = x.shape[-1]
+    if is_symbolic(n):  # a zero-size block when n is even
+        for axis in axes:
+            shape = list(x.shape)
+            shape[axis] = 2 * ((n + 1) // 2) - n
+            x = jnp.concatenate([x, jnp.zeros(shape, x.dtype)], axis=axis)
+        return x
     if n % 2 == 0:
         return x
     widths = [(0, 0)] * x.ndim
     for axis in axes:
         widths[axis % x.ndim] = (0, 1)
     return jnp.pad(x, widths)
+
+
+def _size(n: Any, dtype: Any) -> Any:
+    """A dimension as a number of ``dtype`` (computed from the shape when symbolic)."""
+    return jnp.asarray(n, np.int32).astype(dtype) if is_symbolic(n) else n
+
+
+def _tables(size: Any) -> Any:
+    """The static schedule's tables, or the symbolic size itself (``_round_indices``)."""
+    return size if is_symbolic(size) else _schedule(size)
 
 
 def _sweeps(converged, sweep, state):
@@ -307,7 +347,7 @@ def _sweeps(converged, sweep, state):
 
 
 def _diagonal(a):
-    return jnp.sum(jnp.where(np.eye(a.shape[-1], dtype=bool), a, 0), axis=-1)
+    return jnp.sum(jnp.where(eye_mask(a.shape[-1]), a, 0), axis=-1)
 
 
 def eigh(a: Any, *, lower: bool) -> tuple[Any, Any]:
@@ -315,23 +355,24 @@ def eigh(a: Any, *, lower: bool) -> tuple[Any, Any]:
     (Hermitian) matrix held in the ``lower`` (or upper) triangle of ``a``, by cyclic
     Jacobi (complex rotations for a complex ``a``, whose diagonal's real part is used)."""
     n = a.shape[-1]
-    tri = np.tril(np.ones((n, n), bool), -1)
+    tri = tril_mask(n, k=-1)
     half = a if lower else jnp.conj(jnp.swapaxes(a, -1, -2))
     sym = jnp.where(tri, half, 0) + jnp.where(tri.T, jnp.conj(jnp.swapaxes(half, -1, -2)), 0)
     diag = jnp.real(a).astype(a.dtype) if jnp.iscomplexobj(a) else a
-    sym = sym + jnp.where(np.eye(n, dtype=bool), diag, 0)
+    sym = sym + jnp.where(eye_mask(n), diag, 0)
     sym = _pad_even(sym, (-2, -1))
     size = sym.shape[-1]
-    eye = np.eye(size, dtype=bool)
-    v = jnp.broadcast_to(jnp.eye(size, dtype=a.dtype), sym.shape)
-    tables = _schedule(size)
-    tol = (size * jnp.finfo(a.dtype).eps) ** 2 * jnp.sum(_abs2(sym), axis=(-2, -1))
+    eye = eye_mask(size)
+    v = jnp.broadcast_to(eye.astype(a.dtype), sym.shape)
+    tables = _tables(size)
+    eps = jnp.finfo(a.dtype).eps
+    tol = (_size(size, eps.dtype) * eps) ** 2 * jnp.sum(_abs2(sym), axis=(-2, -1))
 
     def round_(r, state):
         a, v = state
         p, q, inverse = _round_indices(tables, r)
         rows_p, rows_q = jnp.take(a, p, axis=-2, mode="clip"), jnp.take(a, q, axis=-2, mode="clip")
-        at = lambda rows, idx: jnp.sum(jnp.where(idx[:, None] == np.arange(size), rows, 0), -1)  # noqa: E731
+        at = lambda rows, idx: jnp.sum(jnp.where(idx[:, None] == iota(size, r), rows, 0), -1)  # noqa: E731
         apq = at(rows_p, q)
         phase = _phase(apq)
         if phase is None:
@@ -359,10 +400,11 @@ def _one_sided_jacobi(x, *, vectors):
     n = x.shape[-1]
     w = _pad_even(x, (-1,))
     size = w.shape[-1]
-    eye = np.eye(size, dtype=bool)
-    v = jnp.broadcast_to(jnp.eye(size, dtype=x.dtype), (*x.shape[:-2], size, size))
-    tables = _schedule(size)
-    tol = (size * jnp.finfo(x.dtype).eps) ** 2
+    eye = eye_mask(size)
+    v = jnp.broadcast_to(eye.astype(x.dtype), (*x.shape[:-2], size, size))
+    tables = _tables(size)
+    eps = jnp.finfo(x.dtype).eps
+    tol = (_size(size, eps.dtype) * eps) ** 2
 
     def round_(r, state):
         w, v = state
@@ -404,7 +446,7 @@ def svd(a: Any, *, full_matrices: bool, compute_uv: bool) -> tuple[Any, ...]:
     packed = taus = None
     if rows > cols:
         packed, taus = geqrf(x)
-        x = jnp.where(np.triu(np.ones((cols, cols), bool)), packed[..., :cols, :], 0)
+        x = jnp.where(~tril_mask(cols, k=-1), packed[..., :cols, :], 0)
     sigma, u, v = _one_sided_jacobi(x, vectors=compute_uv)
     order = jnp.argsort(-sigma, axis=-1, stable=True)
     sigma = jnp.take_along_axis(sigma, order, axis=-1, mode="clip")

@@ -25,7 +25,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from jax2onnx_lax._linalg import index, iota, repeat
+from jax2onnx.plugin import is_symbolic
+from jax2onnx_lax._linalg import dim_max, eye_mask, index, iota, repeat, tril_mask
 from jax2onnx_lax._linalg_orth import larfg
 from jax2onnx_lax._linalg_schur import (
     EXCEPTIONAL_EVERY,
@@ -60,17 +61,21 @@ def _deflate(h):
     d = jnp.abs(_diagonal(h))
     small = jnp.abs(_subdiagonal(h)) <= jnp.maximum(eps * (d[..., :-1] + d[..., 1:]), tiny)
     small_full = jnp.concatenate([jnp.zeros((*h.shape[:-2], 1), bool), small], axis=-1)
-    return jnp.where(np.eye(n, k=-1, dtype=bool) & small_full[..., :, None], 0, h), small
+    return jnp.where(eye_mask(n, -1) & small_full[..., :, None], 0, h), small
 
 
 def _active_block(small):
     """Rows ``lo .. hi`` of the last unreduced block of three or more rows, and whether
     there is one (``busy``); blocks of one or two rows are done."""
-    n = small.shape[-1] + 1
-    triple = ~small[..., :-1] & ~small[..., 1:]  # rows r, r+1, r+2 in one block
-    hi = jnp.max(jnp.where(triple, np.arange(n - 2) + 2, 0), axis=-1)
-    ks = np.arange(1, n)
-    lo = jnp.max(jnp.where(small & (ks <= hi[..., None]), ks, 0), axis=-1)
+    ks = iota(small.shape[-1]) + 1
+    if is_symbolic(small.shape[-1]):  # no n - 2 axis, which would be -1 for n = 1
+        pad = jnp.ones((*small.shape[:-1], 1), bool)
+        following = jnp.concatenate([small, pad], axis=-1)[..., 1:]
+        triple = ~small & ~following  # rows r, r+1, r+2 in one block
+    else:
+        triple = ~small[..., :-1] & ~small[..., 1:]
+    hi = jnp.max(jnp.where(triple, ks[: triple.shape[-1]] + 1, 0), axis=-1, initial=0)
+    lo = jnp.max(jnp.where(small & (ks <= hi[..., None]), ks, 0), axis=-1, initial=0)
     return lo.astype(np.int32), hi.astype(np.int32), jnp.any(triple, axis=-1)
 
 
@@ -101,7 +106,7 @@ def _sweep(h, z, lo, hi, busy, shift_block, vectors):
     a, b, c, d = (e / scale for e in shift_block)
     total, product = a + d, a * d - b * c
     first = [h00 * (h00 - total) + h01 * h10 + product, h10 * (h00 + h11 - total), h10 * h21]
-    rows_c = np.arange(n)
+    rows_c = iota(n)
     start = sum(f[..., None] * (rows_c == lo[..., None] + r) for r, f in enumerate(first))
 
     def body(k, carry):
@@ -116,14 +121,14 @@ def _sweep(h, z, lo, hi, busy, shift_block, vectors):
         return _reflect(h, z, v, tau, vectors)
 
     h, z = repeat(n - 1, body, (h, z))
-    return jnp.where(np.tril(np.ones((n, n), bool), -2), 0, h), z
+    return jnp.where(tril_mask(n, k=-2), 0, h), z
 
 
 def _iterate(h, z, vectors):
     """Double-shift QR steps until every unreduced block has at most two rows."""
     n = h.shape[-1]
     batch = h.shape[:-2]
-    cap = ITERATIONS_PER_EIGENVALUE * max(n, 10)
+    cap = ITERATIONS_PER_EIGENVALUE * dim_max(n, 10)
 
     def cond(carry):
         count, h = carry[0], carry[1]
@@ -231,10 +236,11 @@ def schur(a: Any, *, vectors: bool = True) -> tuple[Any, Any]:
     """
     n = a.shape[-1]
     packed, taus = gehrd(a)
-    h = jnp.where(np.tril(np.ones((n, n), bool), -2), 0, packed)
+    h = jnp.where(tril_mask(n, k=-2), 0, packed)
     z = unghr(packed, taus) if vectors else jnp.zeros_like(a)
-    if n >= 3:
+    symbolic = is_symbolic(n)  # then both run (no step is taken where n is too small)
+    if symbolic or n >= 3:
         h, z = _iterate(h, z, vectors)
-    if n >= 2:
+    if symbolic or n >= 2:
         h, z = _standardise(h, z, vectors)
     return h, z

@@ -24,7 +24,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from jax2onnx_lax._linalg import index, iota, repeat
+from jax2onnx.plugin import is_symbolic
+from jax2onnx_lax._linalg import dim_max, eye_mask, index, iota, repeat, tril_mask
 from jax2onnx_lax._linalg_orth import larfg as _larfg
 
 # LAPACK's cap (zlahqr): 30 iterations per eigenvalue of the active block, at least 10 rows.
@@ -76,11 +77,11 @@ def _hermitian(a, lower):
     """The Hermitian matrix held in the ``lower`` (upper) triangle, the diagonal's real part."""
     n = a.shape[-1]
     half = a if lower else jnp.swapaxes(a, -1, -2)
-    tri = np.tril(np.ones((n, n), bool), -1)
+    tri = tril_mask(n, k=-1)
     diag = jnp.real(a).astype(a.dtype)
     full = jnp.where(tri, half, jnp.conj(jnp.swapaxes(half, -1, -2)))
     full = jnp.where(tri.T, jnp.conj(jnp.swapaxes(half, -1, -2)), full)
-    return jnp.where(np.eye(n, dtype=bool), diag, full) if n else full
+    return jnp.where(eye_mask(n), diag, full)
 
 
 def _sytd2_lower(s):
@@ -105,7 +106,7 @@ def _sytd2_lower(s):
         w = x + alpha[..., None] * v
         s = s - _outer(v, jnp.conj(w)) - _outer(w, jnp.conj(v))
         if jnp.issubdtype(s.dtype, jnp.complexfloating):  # her2 keeps the diagonal real
-            s = jnp.where(np.eye(n, dtype=bool), jnp.real(s).astype(s.dtype), s)
+            s = jnp.where(eye_mask(n), jnp.real(s).astype(s.dtype), s)
         new_col = jnp.where(rows == j + 1, beta[..., None], jnp.where(rows == j, col, 0))
         s = _set_column(s, j, new_col.astype(s.dtype))
         s = jnp.swapaxes(_set_column(jnp.swapaxes(s, -1, -2), j, jnp.conj(new_col)), -1, -2)
@@ -114,7 +115,7 @@ def _sytd2_lower(s):
         return s, vs, e, jnp.where(iota(n - 1, j) == j, tau[..., None], taus)
 
     s, vs, e, taus = repeat(n - 1, body, (s, vs, e, taus))
-    d = jnp.real(jnp.sum(jnp.where(np.eye(n, dtype=bool), s, 0), axis=-1)).astype(rdt)
+    d = jnp.real(jnp.sum(jnp.where(eye_mask(n), s, 0), axis=-1)).astype(rdt)
     return vs, d, e, taus
 
 
@@ -129,15 +130,15 @@ def sytrd(a: Any, *, lower: bool) -> tuple[Any, Any, Any, Any]:
     reflector vectors beyond it.
     """
     n = a.shape[-1]
-    flip = (lambda m: m[..., ::-1, ::-1]) if not lower else (lambda m: m)
+    flip = (lambda m: jnp.flip(m, (-2, -1))) if not lower else (lambda m: m)
     b = flip(a)
     vs, d, e, taus = _sytd2_lower(_hermitian(b, True))
-    rows, cols = np.indices((n, n))
+    rows, cols = iota(n)[:, None], iota(n)[None, :]
     packed = jnp.where(rows == cols, _band(d, n, 0, a.dtype), vs)
     packed = jnp.where(rows == cols + 1, _band(e, n, -1, a.dtype), packed)
     packed = jnp.where(rows < cols, b, packed)
     if not lower:
-        return flip(packed), d[..., ::-1], e[..., ::-1], taus[..., ::-1]
+        return flip(packed), jnp.flip(d, -1), jnp.flip(e, -1), jnp.flip(taus, -1)
     return packed, d, e, taus
 
 
@@ -145,7 +146,7 @@ def _band(values, n, k, dtype):
     """The ``n x n`` matrix with ``values`` on its diagonal (``k = 0``) or subdiagonal (``-1``)."""
     if k:
         values = jnp.concatenate([jnp.zeros((*values.shape[:-1], 1), values.dtype), values], -1)
-    return (values[..., :, None] * np.eye(n, k=k)).astype(dtype)
+    return (values[..., :, None] * eye_mask(n, k)).astype(dtype)
 
 
 def unghr(packed: Any, taus: Any) -> Any:
@@ -167,7 +168,7 @@ def unghr(packed: Any, taus: Any) -> Any:
 def _entry(h, r, c):
     """``h[..., r, c]`` for per-batch indices ``r``, ``c`` (one-hot masks and a sum)."""
     n = h.shape[-1]
-    mask = (np.arange(n)[:, None] == r[..., None, None]) & (np.arange(n) == c[..., None, None])
+    mask = (iota(n)[:, None] == r[..., None, None]) & (iota(n) == c[..., None, None])
     return jnp.sum(jnp.where(mask, h, 0), axis=(-2, -1))
 
 
@@ -211,11 +212,11 @@ def _wilkinson(a, b, c, d):
 
 def _subdiagonal(h):
     n = h.shape[-1]
-    return jnp.sum(jnp.where(np.eye(n, k=-1, dtype=bool), h, 0), axis=-1)[..., 1:]
+    return jnp.sum(jnp.where(eye_mask(n, -1), h, 0), axis=-1)[..., 1:]
 
 
 def _diagonal(h):
-    return jnp.sum(jnp.where(np.eye(h.shape[-1], dtype=bool), h, 0), axis=-1)
+    return jnp.sum(jnp.where(eye_mask(h.shape[-1]), h, 0), axis=-1)
 
 
 def _qr_sweep(h, z, lo, hi, mu):
@@ -260,14 +261,15 @@ def schur(a: Any, *, vectors: bool = True) -> tuple[Any, Any]:
     n = a.shape[-1]
     batch = a.shape[:-2]
     packed, taus = gehrd(a)
-    h = jnp.where(np.tril(np.ones((n, n), bool), -2), 0, packed)
+    h = jnp.where(tril_mask(n, k=-2), 0, packed)
     z = unghr(packed, taus) if vectors else jnp.zeros_like(a)
-    if n < 2:
+    if not is_symbolic(n) and n < 2:  # a symbolic n = 1 runs no iteration (hi = 0)
         return h, z
     eps = jnp.finfo(a.dtype).eps
     tiny = jnp.finfo(a.dtype).tiny
-    ks = np.arange(n - 1)
-    sub_mask = np.eye(n, k=-1, dtype=bool)
+    ks = iota(n - 1)
+    sub_mask = eye_mask(n, -1)
+    cap = ITERATIONS_PER_EIGENVALUE * dim_max(n, 10)
 
     def deflate(h):
         d = jnp.abs(_diagonal(h))
@@ -275,13 +277,13 @@ def schur(a: Any, *, vectors: bool = True) -> tuple[Any, Any]:
         small = jnp.abs(sub) <= jnp.maximum(eps * (d[..., :-1] + d[..., 1:]), tiny)
         small_full = jnp.concatenate([jnp.zeros((*batch, 1), bool), small], axis=-1)
         h = jnp.where(sub_mask & small_full[..., :, None], 0, h)
-        hi = jnp.max(jnp.where(small, 0, ks + 1), axis=-1)
-        lo = jnp.max(jnp.where(small & (ks + 1 < hi[..., None]), ks + 1, 0), axis=-1)
+        hi = jnp.max(jnp.where(small, 0, ks + 1), axis=-1, initial=0)
+        lo = jnp.max(jnp.where(small & (ks + 1 < hi[..., None]), ks + 1, 0), axis=-1, initial=0)
         return h, lo.astype(np.int32), hi.astype(np.int32)
 
     def cond(carry):
         count, h, _, _, _ = carry
-        return (count < ITERATIONS_PER_EIGENVALUE * max(n, 10)) & (jnp.max(deflate(h)[2]) > 0)
+        return (count < cap) & (jnp.max(deflate(h)[2]) > 0)
 
     def body(carry):
         count, h, z, stall, last_hi = carry
@@ -298,7 +300,7 @@ def schur(a: Any, *, vectors: bool = True) -> tuple[Any, Any]:
     start = (0, h, z, jnp.zeros(batch, np.int32), jnp.full(batch, -1, np.int32))
     _, h, z, _, _ = lax.while_loop(cond, body, start)
     h = deflate(h)[0]
-    return jnp.where(np.tril(np.ones((n, n), bool), -1), 0, h), z
+    return jnp.where(tril_mask(n, k=-1), 0, h), z
 
 
 def _denominator(den, w, eps, tiny):
@@ -351,7 +353,7 @@ def normalize(v: Any) -> Any:
     mag = jnp.real(v * jnp.conj(v))
     v = v / jnp.sqrt(jnp.sum(mag, axis=-2, keepdims=True)).astype(v.dtype)
     top = jnp.argmax(mag, axis=-2)
-    pivot = jnp.sum(jnp.where(np.arange(n)[:, None] == top[..., None, :], v, 0), axis=-2)
+    pivot = jnp.sum(jnp.where(iota(n)[:, None] == top[..., None, :], v, 0), axis=-2)
     phase = jnp.conj(pivot) / jnp.abs(pivot).astype(v.dtype)
     return v * phase[..., None, :]
 

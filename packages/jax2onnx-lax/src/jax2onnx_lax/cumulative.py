@@ -1,12 +1,14 @@
 """cumsum, cumprod, cummax, cummin, cumlogsumexp.
 
 cumsum is ONNX ``CumSum``. The others have no ONNX op and become a log-step
-(Hillis-Steele) scan over the static length ``n`` of the scanned axis: for
+(Hillis-Steele) scan over the length ``n`` of the scanned axis: for
 ``s = 1, 2, 4, ... < n``, ``y = combine(y, y shifted by s)``, the shift being
 one ``Pad`` that adds ``s`` identity elements at the front (the back when
 ``reverse``) and drops ``s`` at the other end (a negative pad). That is
 ``ceil(log2 n)`` steps of elementwise ops, exact for max/min and integer
 products, and for floats a reassociation like JAX's own associative scan.
+A static ``n`` unrolls the steps; a symbolic ``n`` runs the same step in an
+ONNX ``Loop`` while ``s < n``, its pads computed from the carried ``s``.
 
 ONNX Runtime's CumSum takes only int32/int64/float kernels and its Pad, Max and
 Min lack int16/uint16, so narrow and unsigned integers are computed in a wider
@@ -19,6 +21,7 @@ from __future__ import annotations
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
+from jax.core import ShapedArray
 
 from jax2onnx.plugin import Family, case, is_symbolic
 
@@ -42,26 +45,59 @@ def _dtype(ctx):
 
 
 def _scan(ctx, x, axis, reverse, combine, identity):
-    """Inclusive scan of ``combine`` along ``axis`` in ``ceil(log2 n)`` Pad steps."""
+    """Inclusive scan of ``combine(c, a, b)`` along ``axis`` in ``ceil(log2 n)`` Pad steps.
+
+    ``c`` is the context to emit with (the Loop body's, for a symbolic ``n``).
+    """
     shape = ctx.avals_in[0].shape
     n = shape[axis]
-    if is_symbolic(n):
-        raise ctx.error(
-            f"{ctx.eqn.primitive.name} along an axis of symbolic size {n} is not supported: "
-            "the log-step scan needs a static length; make that axis static"
-        )
     dtype = _dtype(ctx)
     wide = _SCAN_WIDE.get(dtype)
     y = x if wide is None else ctx.cast(x, wide)
     fill = ctx.const(identity, wide or dtype)
     rank = len(shape)
+    if is_symbolic(n):
+        y = _scan_loop(ctx, y, axis, reverse, combine, fill, wide or dtype)
+        return y if wide is None else ctx.cast(y, dtype)
     s = 1
     while s < int(n):
         pads = [0] * (2 * rank)
         pads[axis], pads[rank + axis] = (-s, s) if reverse else (s, -s)
-        y = combine(y, ctx.op.Pad(y, ctx.i64(pads), fill))
+        y = combine(ctx, y, ctx.op.Pad(y, ctx.i64(pads), fill))
         s *= 2
     return y if wide is None else ctx.cast(y, dtype)
+
+
+def _scan_loop(ctx, y, axis, reverse, combine, fill, dtype):
+    """The log-step scan along an axis of symbolic size ``n``: a ``Loop`` while ``s < n``.
+
+    The body carries the shift ``s`` (1, 2, 4, ...) and ``y``; its pads are
+    ``s`` times a constant of +-1 at the scanned axis, so one Pad shifts by
+    the run-time ``s``. No step runs when ``n <= 1``.
+    """
+    aval = ctx.avals_in[0]
+    rank = len(aval.shape)
+    n = ctx.op.Squeeze(ctx.dim(aval.shape[axis]), ctx.i64([0]))
+    sign = np.zeros(2 * rank, np.int64)
+    sign[axis], sign[rank + axis] = (-1, 1) if reverse else (1, -1)
+    body = ctx.subgraph("cumulative_body")
+    body.add_input(np.int64, ())  # the iteration number
+    body.add_input(np.bool_, ())
+    shift = body.add_input(np.int64, ())
+    state = body.add_input(dtype, aval.shape)
+    pads = body.op.Mul(ctx.i64(sign), shift)
+    new = combine(body.ctx, state, body.op.Pad(state, pads, fill))
+    doubled = body.op.Mul(shift, ctx.i64(2))
+    again = body.op.Less(doubled, n)
+    scalar = ShapedArray((), np.int64)
+    graph = body.finish(
+        [again, doubled, new],
+        [ShapedArray((), np.bool_), scalar, ShapedArray(aval.shape, dtype)],
+    )
+    one = ctx.i64(1)
+    _, result = ctx.op.Loop(None, ctx.op.Less(one, n), one, y, body=graph, _outputs=2)
+    result.dtype = y.dtype  # the builder does not know Loop's output dtypes
+    return result
 
 
 def _cum(prim, **kw):
@@ -109,6 +145,42 @@ def _common_cases(prefix, prim, expect, variants=("f32", "f64", "bf16")):
         ),
         case(f"{prefix}_middle", lambda x: prim.bind(x, axis=1, reverse=True), [(2, 9, 3)]),
         case(f"{prefix}_one", lambda x: prim.bind(x, axis=0, reverse=False), [(1, 3)]),
+        *_symbolic_cases(prefix, prim),
+    ]
+
+
+# the scanned axis symbolic: converted once, run at lengths 1 (no step), 7 and 12 (3 and 4
+# steps, neither a power of two), the static variant at 5
+_SCANNED = {"T": (5, 1, 7, 12), "B": (2, 3, 1, 2)}
+
+
+def _symbolic_cases(prefix, prim):
+    return [
+        case(
+            f"{prefix}_symbolic_axis0",
+            lambda x: prim.bind(x, axis=0, reverse=False),
+            [("T", "B")],
+            dim_sizes=_SCANNED,
+        ),
+        case(
+            f"{prefix}_symbolic_reverse",
+            lambda x: prim.bind(x, axis=1, reverse=True),
+            [("B", "T", 2)],
+            dim_sizes=_SCANNED,
+        ),
+    ]
+
+
+def _symbolic_int_cases(prefix, prim):
+    return [
+        case(
+            f"{prefix}_symbolic_{np.dtype(d).name}",
+            lambda x, d=d: prim.bind(x, axis=1, reverse=d == np.int16),
+            [("B", "T")],
+            dtypes=[d],
+            dim_sizes=_SCANNED,
+        )
+        for d in (np.int16, np.int32)
     ]
 
 
@@ -141,11 +213,12 @@ def cumsum(ctx, x, *, axis, reverse):
         case("cumprod_jnp_bool", lambda x: jnp.cumprod(x, axis=1), [(3, 5)], dtypes=[np.bool_]),
         case("cumprod_nan", _cum(lax.cumprod_p, axis=1, reverse=False), [_NAN_ROW]),
         *_int_cases("cumprod", lax.cumprod_p),
+        *_symbolic_int_cases("cumprod", lax.cumprod_p),
     ],
 )
 def cumprod(ctx, x, *, axis, reverse):
     """Log-step scan with Mul (identity 1); see the module docstring."""
-    return _scan(ctx, x, axis, reverse, ctx.op.Mul, 1)
+    return _scan(ctx, x, axis, reverse, lambda c, a, b: c.op.Mul(a, b), 1)
 
 
 def _lowest(dtype):
@@ -164,11 +237,12 @@ def _highest(dtype):
         *_common_cases("cummax", lax.cummax_p, ["Pad -> Max", "Max:Bx6"]),
         case("cummax_nan", _cum(lax.cummax_p, axis=1, reverse=False), [_NAN_ROW]),
         *_int_cases("cummax", lax.cummax_p),
+        *_symbolic_int_cases("cummax", lax.cummax_p),
     ],
 )
 def cummax(ctx, x, *, axis, reverse):
     """Log-step scan with Max (identity: the dtype's lowest value); Max propagates NaN as JAX."""
-    return _scan(ctx, x, axis, reverse, ctx.op.Max, _lowest(_dtype(ctx)))
+    return _scan(ctx, x, axis, reverse, lambda c, a, b: c.op.Max(a, b), _lowest(_dtype(ctx)))
 
 
 @family.lowering(
@@ -177,11 +251,12 @@ def cummax(ctx, x, *, axis, reverse):
         *_common_cases("cummin", lax.cummin_p, ["Pad -> Min", "Min:Bx6"]),
         case("cummin_nan", _cum(lax.cummin_p, axis=1, reverse=True), [_NAN_ROW]),
         *_int_cases("cummin", lax.cummin_p),
+        *_symbolic_int_cases("cummin", lax.cummin_p),
     ],
 )
 def cummin(ctx, x, *, axis, reverse):
     """Log-step scan with Min (identity: the dtype's highest value); Min propagates NaN as JAX."""
-    return _scan(ctx, x, axis, reverse, ctx.op.Min, _highest(_dtype(ctx)))
+    return _scan(ctx, x, axis, reverse, lambda c, a, b: c.op.Min(a, b), _highest(_dtype(ctx)))
 
 
 @family.lowering(
@@ -208,18 +283,17 @@ def cumlogsumexp(ctx, x, *, axis, reverse):
     dtype = _dtype(ctx)
     one = ctx.const(1, dtype)
 
-    def logaddexp(a, b):
-        delta = ctx.op.Sub(a, b)
-        u = ctx.op.Exp(ctx.op.Neg(ctx.op.Abs(delta)))
-        w = ctx.op.Add(one, u)
-        spread = ctx.op.Sub(w, one)
-        log1p = ctx.op.Where(
-            ctx.op.Equal(spread, ctx.const(0, dtype)),
-            u,
-            ctx.op.Div(ctx.op.Mul(ctx.op.Log(w), u), spread),
-        )
-        finite = ctx.op.Add(ctx.op.Max(a, b), log1p)
-        return ctx.op.Where(ctx.op.IsNaN(delta), ctx.op.Add(a, b), finite)
+    zero = ctx.const(0, dtype)
+
+    def logaddexp(c, a, b):
+        op = c.op
+        delta = op.Sub(a, b)
+        u = op.Exp(op.Neg(op.Abs(delta)))
+        w = op.Add(one, u)
+        spread = op.Sub(w, one)
+        log1p = op.Where(op.Equal(spread, zero), u, op.Div(op.Mul(op.Log(w), u), spread))
+        finite = op.Add(op.Max(a, b), log1p)
+        return op.Where(op.IsNaN(delta), op.Add(a, b), finite)
 
     return _scan(ctx, x, axis, reverse, logaddexp, -np.inf)
 

@@ -250,7 +250,7 @@ def _float_keys(ctx, x, axis, equal_nan):
     pairs = ctx.op.Concat(
         ctx.op.Unsqueeze(ctx.cast(nan, wide), last), ctx.op.Unsqueeze(value, last), axis=-1
     )
-    return ctx.op.Reshape(pairs, ctx.shape((n, 2 * math.prod(rest))))
+    return ctx.reshape(pairs, (n, 2 * math.prod(rest)))
 
 
 # -- stand-ins -------------------------------------------------------------------

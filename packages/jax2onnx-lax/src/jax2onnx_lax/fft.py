@@ -5,7 +5,7 @@ complex, ``RFFT`` real to complex, ``IRFFT`` complex to real), so the rules are
 registered for complex values: a complex array arrives and leaves as stored,
 a float tensor with a trailing axis of 2 (real, imaginary) -- the layout ONNX
 ``DFT`` itself uses. The transformed axes are the trailing ``len(fft_lengths)``
-axes, whose sizes JAX fixes at trace time; leading (batch) axes may be symbolic.
+axes; they and the leading (batch) axes may be symbolic.
 
 Two forms:
 
@@ -19,6 +19,11 @@ Two forms:
   flattened, so one product maps interleaved (re, im) inputs to interleaved
   outputs.
 
+A transformed axis of symbolic length (:func:`_symbolic_step`) takes the same
+choice at run time: an ``If`` on the length picks the ``DFT`` form or the
+``MatMul`` form, whose matrix is then computed in the graph from the length
+(:func:`_runtime_matrix`); below opset 17 the computed matrix is always used.
+
 ``IRFFT`` of the last axis: ONNX Runtime's one-sided inverse ``DFT`` is inexact
 for odd lengths (float64 errors ~1e-8) and its meaning for one-sided inputs
 changed between versions of the spec, so the rule rebuilds the full Hermitian
@@ -29,12 +34,15 @@ drops the imaginary parts of the zero (and Nyquist) frequencies, as JAX does.
 
 from __future__ import annotations
 
+from typing import Any
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
+from jax.core import ShapedArray
 
-from jax2onnx.plugin import Family, case
+from jax2onnx.plugin import Family, case, is_symbolic
 
 family = Family("lax")
 
@@ -52,9 +60,9 @@ def _real_dtype(ctx) -> np.dtype:
 
 
 # -- the steps: one transform of one axis ---------------------------------------------------
-def _steps(kind: int, axes: list[int], lengths) -> list[tuple[int, int, int]]:
+def _steps(kind: int, axes: list[int], lengths) -> list[tuple[int, int, Any]]:
     """``(axis, kind, n)`` per axis, in order: RFFT's real axis first, IRFFT's last."""
-    lengths = [int(n) for n in lengths]
+    lengths = [n if is_symbolic(n) else int(n) for n in lengths]
     if kind in (_FFT, _IFFT):
         return [(a, kind, n) for a, n in zip(axes, lengths, strict=True)]
     inner = _FFT if kind == _RFFT else _IFFT
@@ -75,29 +83,38 @@ def _dft(ctx, x, axis: int, *, inverse: int = 0, onesided: int = 0):
     return ctx.op.DFT(x, None, axis=axis, inverse=inverse, onesided=onesided)
 
 
-def _inverse_dft(ctx, x, axis: int, n: int, dtype: np.dtype):
+def _inverse_dft(ctx, x, axis: int, n, dtype: np.dtype):
     """The inverse ``DFT``; float64 of a length not a power of two as ``conj(DFT(conj x)) / n``.
 
     ONNX Runtime's inverse of such lengths scales by ``1/n`` rounded to float32
-    (float64 errors ~3e-8); its forward transform is accurate.
+    (float64 errors ~3e-8); its forward transform is accurate. ``n`` is an
+    int, or an int64 ``[1]`` value when it is known at run time only (float64
+    then always takes the conjugate form).
     """
-    if _pow2(n) or dtype != np.float64:
+    static = isinstance(n, int)
+    if dtype != np.float64 or (static and _pow2(n)):
         return _dft(ctx, x, axis, inverse=1)
-    conj = ctx.op.Mul(x, np.array([1.0, -1.0], dtype))
-    return ctx.op.Mul(_dft(ctx, conj, axis), np.array([1.0, -1.0], dtype) / n)
+    sign = np.array([1.0, -1.0], dtype)
+    conj = ctx.op.Mul(x, sign)
+    scale = sign / n if static else ctx.op.Div(ctx.const(sign, dtype), ctx.cast(n, dtype))
+    return ctx.op.Mul(_dft(ctx, conj, axis), scale)
 
 
-def _hermitian(ctx, half, n: int, dtype: np.dtype):
+def _hermitian(ctx, half, n, dtype: np.dtype):
     """The full length-``n`` spectrum (axis -2) of the one-sided stored spectrum ``half``."""
-    tail = n - (n // 2 + 1)  # frequencies n//2+1 .. n-1, mirrors of tail .. 1
-    if tail == 0:
-        return half
-    mirrored = ctx.op.Slice(half, ctx.i64([tail]), ctx.i64([0]), ctx.i64([-2]), ctx.i64([-1]))
+    if isinstance(n, int):
+        tail = n - (n // 2 + 1)  # frequencies n//2+1 .. n-1, mirrors of tail .. 1
+        if tail == 0:
+            return half
+        start = ctx.i64([tail])
+    else:  # (n - 1) // 2 at run time; 0 gives an empty Slice
+        start = ctx.op.Div(ctx.op.Sub(n, ctx.i64([1])), ctx.i64([2]))
+    mirrored = ctx.op.Slice(half, start, ctx.i64([0]), ctx.i64([-2]), ctx.i64([-1]))
     conj = ctx.op.Mul(mirrored, np.array([1.0, -1.0], dtype))
     return ctx.op.Concat(half, conj, axis=-2)
 
 
-def _dft_step(ctx, x, axis: int, kind: int, n: int, dtype: np.dtype):
+def _dft_step(ctx, x, axis: int, kind: int, n, dtype: np.dtype):
     if kind == _FFT:
         return _dft(ctx, x, axis)
     if kind == _IFFT:
@@ -126,11 +143,15 @@ def fft(ctx, x, *, fft_type, fft_lengths):
     """
     rank, axes = _axes(ctx, fft_lengths)
     dtype = _real_dtype(ctx)
+    shape = list(ctx.avals_in[0].shape)
     for axis, kind, n in _steps(int(fft_type), axes, fft_lengths):
-        if _pow2(n) or n > _MATMUL_MAX:
+        if is_symbolic(n):
+            x = _symbolic_step(ctx, x, axis, rank, kind, n, dtype, shape)
+        elif _pow2(n) or n > _MATMUL_MAX:
             x = _dft_step(ctx, x, axis, kind, n, dtype)
         else:
             x = _matmul_step(ctx, x, axis, rank, kind, n, dtype)
+        shape[axis] = n // 2 + 1 if kind == _RFFT else n
     return x
 
 
@@ -178,8 +199,12 @@ def _matrix(kind: int, n: int, dtype: np.dtype) -> np.ndarray:
     return w.astype(dtype)
 
 
-def _matmul_step(ctx, x, axis: int, rank: int, kind: int, n: int, dtype: np.dtype):
-    """Transform stored ``x`` along logical ``axis`` of a rank-``rank`` array by one MatMul."""
+def _matmul_step(ctx, x, axis: int, rank: int, kind: int, n, dtype: np.dtype):
+    """Transform stored ``x`` along logical ``axis`` of a rank-``rank`` array by one MatMul.
+
+    ``n`` is an int (a constant matrix) or an int64 ``[1]`` value (the matrix
+    computed at run time, :func:`_runtime_matrix`).
+    """
     complex_in, complex_out = kind != _RFFT, kind != _IRFFT
     stored_rank = rank + int(complex_in)
     perm = [a for a in range(rank) if a != axis] + [axis] + list(range(rank, stored_rank))
@@ -187,7 +212,11 @@ def _matmul_step(ctx, x, axis: int, rank: int, kind: int, n: int, dtype: np.dtyp
     keep = [0] * (rank - 1)
     if complex_in:
         x = ctx.op.Reshape(x, ctx.i64([*keep, -1]))
-    y = ctx.op.MatMul(x, ctx.const(_matrix(kind, n, dtype), dtype))
+    if isinstance(n, int):
+        matrix = ctx.const(_matrix(kind, n, dtype), dtype)
+    else:
+        matrix = _runtime_matrix(ctx, kind, n, dtype)
+    y = ctx.op.MatMul(x, matrix)
     if complex_out:
         y = ctx.op.Reshape(y, ctx.i64([*keep, -1, 2]))
     back = list(range(rank - 1))
@@ -207,8 +236,87 @@ def fft_matmul(ctx, x, *, fft_type, fft_lengths):
     rank, axes = _axes(ctx, fft_lengths)
     dtype = _real_dtype(ctx)
     for axis, kind, n in _steps(int(fft_type), axes, fft_lengths):
-        x = _matmul_step(ctx, x, axis, rank, kind, n, dtype)
+        length = ctx.dim(n) if is_symbolic(n) else n
+        x = _matmul_step(ctx, x, axis, rank, kind, length, dtype)
     return x
+
+
+# -- axes of symbolic length ------------------------------------------------------------------
+def _symbolic_step(ctx, x, axis: int, rank: int, kind: int, n, dtype: np.dtype, shape: list):
+    """One transform of an axis of symbolic length ``n``: the static rule, chosen at run time.
+
+    An ``If`` takes the ``DFT`` form when ``n`` is a power of two (it divides
+    2^62) or longer than ``_MATMUL_MAX``, else the ``MatMul`` form with the
+    matrix computed from ``n`` (:func:`_runtime_matrix`), as :func:`fft`
+    chooses for a static length. ``shape`` is the logical input shape.
+    """
+    length = ctx.dim(n)
+    size = ctx.op.Squeeze(length, ctx.i64([0]))
+    pow2 = ctx.op.Equal(ctx.op.Mod(ctx.i64(2**62), size), ctx.i64(0))
+    use_dft = ctx.op.Or(pow2, ctx.op.Greater(size, ctx.i64(_MATMUL_MAX)))
+    out = list(shape)
+    out[axis] = n // 2 + 1 if kind == _RFFT else n
+    aval = ShapedArray((*out, 2) if kind != _IRFFT else tuple(out), dtype)
+    then_body, else_body = ctx.subgraph("fft_dft"), ctx.subgraph("fft_matmul")
+    then_y = _dft_step(then_body.ctx, x, axis, kind, length, dtype)
+    else_y = _matmul_step(else_body.ctx, x, axis, rank, kind, length, dtype)
+    y = ctx.op.If(
+        use_dft,
+        then_branch=then_body.finish([then_y], [aval]),
+        else_branch=else_body.finish([else_y], [aval]),
+    )
+    y.dtype = then_y.dtype  # the builder does not know If's output dtypes
+    return y
+
+
+def _runtime_matrix(ctx, kind: int, n, dtype: np.dtype):
+    """:func:`_matrix` for the length in the int64 ``[1]`` value ``n``.
+
+    The angles are ``2 pi r / n`` with ``r = j k mod n`` exact in int64, their
+    cosines and sines taken in float64 and rounded once to ``dtype``.
+    """
+    op, f64 = ctx.op, np.float64
+    zero, one = ctx.i64(0), ctx.i64(1)
+    size = op.Squeeze(n, ctx.i64([0]))
+    half = op.Add(op.Div(size, ctx.i64(2)), one)  # m = n//2 + 1
+    j = op.Unsqueeze(op.Range(zero, half if kind == _IRFFT else size, one), ctx.i64([1]))
+    k = op.Unsqueeze(op.Range(zero, half if kind == _RFFT else size, one), ctx.i64([0]))
+    length = ctx.cast(n, f64)
+    angle = op.Div(
+        op.Mul(ctx.cast(op.Mod(op.Mul(j, k), n), f64), ctx.const(2 * np.pi, f64)), length
+    )
+    cos, sin = op.Cos(angle), op.Sin(angle)
+    if kind in (_FFT, _IFFT):  # [n, 2, n, 2]: (row j, in part a, column k, out part b)
+        sign = 1.0 if kind == _IFFT else -1.0
+        parts = ctx.i64([1, 3])
+        w = op.Add(
+            op.Mul(op.Unsqueeze(cos, parts), ctx.const(np.eye(2).reshape(1, 2, 1, 2), f64)),
+            op.Mul(
+                op.Unsqueeze(sin, parts),
+                ctx.const(np.array([[0.0, sign], [-sign, 0.0]]).reshape(1, 2, 1, 2), f64),
+            ),
+        )
+        if kind == _IFFT:
+            w = op.Div(w, length)
+        width = op.Mul(n, ctx.i64([2]))
+        w = op.Reshape(w, op.Concat(width, width, axis=0))
+    elif kind == _RFFT:  # [n, m, 2] -> [n, 2m]
+        w = op.Concat(
+            op.Unsqueeze(cos, ctx.i64([2])), op.Unsqueeze(op.Neg(sin), ctx.i64([2])), axis=2
+        )
+        w = op.Reshape(w, ctx.i64([0, -1]))
+    else:  # IRFFT: [m, 2, n] -> [2m, n], c_k = 2 but 1 at k = 0 and k = n/2
+        two_k = op.Mul(j, ctx.i64(2))
+        edges = op.Add(ctx.cast(op.Equal(j, zero), f64), ctx.cast(op.Equal(two_k, n), f64))
+        weight = op.Div(op.Sub(ctx.const(2.0, f64), edges), length)
+        parts = ctx.i64([1])
+        w = op.Concat(
+            op.Unsqueeze(op.Mul(weight, cos), parts),
+            op.Unsqueeze(op.Neg(op.Mul(weight, sin)), parts),
+            axis=1,
+        )
+        w = op.Reshape(w, op.Concat(ctx.i64([-1]), n, axis=0))
+    return ctx.cast(w, dtype)
 
 
 _GRID = np.arange(24.0).reshape(4, 6)

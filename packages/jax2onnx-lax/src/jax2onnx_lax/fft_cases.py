@@ -3,9 +3,10 @@
 Complex inputs (``dtypes=[_C]``) run as complex64 and complex128; real inputs
 as float32 and float64. The default opset (23) takes the ``DFT`` form
 (``DFT`` for power-of-two lengths, ``MatMul`` for other lengths), the
-``opset15_*`` cases the ``MatMul`` form. The cases of ``_arithmetic`` also
-need complex elementwise and layout rules (``mul``, ``abs``, ``conj``,
-``pad`` ...), and the spectral solver closes the list.
+``opset15_*`` cases the ``MatMul`` form; the ``*_symbolic*`` cases transform
+axes of symbolic length, run at lengths that take either form. The cases of
+``_arithmetic`` also need complex elementwise and layout rules (``mul``,
+``abs``, ``conj``, ``pad`` ...), and the spectral solver closes the list.
 """
 
 from __future__ import annotations
@@ -118,6 +119,69 @@ def _transforms():
     ]
 
 
+# transformed axes of symbolic length: converted once, run at lengths that take the DFT form
+# (powers of two) and the MatMul form (others), odd and even, and 1; the static variant at 6
+_LENGTHS = {"B": (2, 3, 1, 2, 1), "T": (6, 1, 5, 8, 12)}
+_HALVES = {"B": (2, 3, 1, 2), "T": (4, 2, 5, 8)}  # irfft of T bins: lengths 2 (T - 1)
+
+
+def _irfft_same(x):
+    """``rfft`` then the ``lax`` IRFFT of the input's own symbolic length (odd lengths too)."""
+    return lax.fft(jnp.fft.rfft(x) * 2.0, lax.FftType.IRFFT, (x.shape[-1],))
+
+
+def _symbolic():
+    return [
+        case("fft_symbolic", jnp.fft.fft, [("B", "T")], dtypes=[_C], dim_sizes=_LENGTHS),
+        case("ifft_symbolic", jnp.fft.ifft, [("B", "T")], dtypes=[_C], dim_sizes=_LENGTHS),
+        case("rfft_symbolic", jnp.fft.rfft, [("B", "T")], dim_sizes=_LENGTHS),
+        case(
+            "irfft_symbolic",
+            jnp.fft.irfft,
+            [("B", "T")],
+            dtypes=[_C],
+            dim_sizes=_HALVES,
+            constraints=["T >= 2"],  # jnp.fft.irfft's length 2 (T - 1) must be positive
+        ),
+        case("irfft_symbolic_same", _irfft_same, [("B", "T")], dim_sizes=_LENGTHS),
+        case(
+            "fft2_symbolic",
+            jnp.fft.fft2,
+            [("B", "T")],
+            dtypes=[_C],
+            dim_sizes=_LENGTHS,
+        ),
+        case("rfft2_symbolic", jnp.fft.rfft2, [("B", "T")], dim_sizes=_LENGTHS),
+        case(
+            "opset17_ifft_symbolic",
+            jnp.fft.ifft,
+            [(2, "T")],
+            dtypes=[_C],
+            dim_sizes={"T": _LENGTHS["T"]},
+            opset=17,
+        ),
+        case(
+            "opset15_rfft_symbolic",
+            jnp.fft.rfft,
+            [("B", "T")],
+            dim_sizes=_LENGTHS,
+            opset=15,
+            counts={"If": 0, "DFT": 0},
+        ),
+        case(
+            "opset15_fft_symbolic",
+            jnp.fft.fft,
+            [("B", "T")],
+            dtypes=[_C],
+            dim_sizes=_LENGTHS,
+            opset=15,
+        ),
+        case(
+            "opset15_irfft_symbolic_same", _irfft_same, [("B", "T")], dim_sizes=_LENGTHS, opset=15
+        ),
+    ]
+
+
 def _burgers(u0, *, steps=20, nu=0.05, dt=1e-3):
     """Viscous Burgers ``u_t = nu u_xx - u u_x`` on a periodic grid of ``[0, 2 pi)``.
 
@@ -186,7 +250,7 @@ def _arithmetic():
     ]
 
 
-family.add_cases(lax.fft_p, lambda: _transforms() + _arithmetic())
+family.add_cases(lax.fft_p, lambda: _transforms() + _symbolic() + _arithmetic())
 
 
 register = family.register

@@ -4,8 +4,13 @@ ONNX has no linear-algebra ops beyond MatMul, so every primitive here is JAX
 code of our own (``_linalg``) lowered with ``ctx.decompose`` through the lax
 lowerings: masked row/column updates, MatMul, Gather, ArgMax. Loops over a
 matrix dimension are unrolled up to ``_linalg.UNROLL_MAX`` (16) steps and
-become one ONNX ``Loop`` beyond. The matrix dimensions must be static; leading
-batch dimensions may be symbolic.
+become one ONNX ``Loop`` beyond, as they do for a symbolic matrix dimension
+(the trip count then comes from the input's shape). ``cholesky``,
+``triangular_solve``, ``lu`` and ``lu_pivots_to_permutation`` (hence
+``solve``, ``inv``, ``det``, ``slogdet``, ``cho_solve``, ``lu_solve``) take
+symbolic matrix dimensions, as do ``symmetric_product`` and
+``cholesky_update``; ``tridiagonal_solve`` needs a static system size. Leading
+batch dimensions may be symbolic everywhere.
 
 What is reproduced (ONNX Runtime against JAX's CPU backend, LAPACK):
 
@@ -55,9 +60,11 @@ def scipy_linalg() -> Any:
     return jax.scipy.linalg
 
 
-def check_inputs(ctx: Any, core: Sequence[int], *, complex_ok: bool = False) -> None:
-    """Refuse symbolic matrix dims (``core[i]`` trailing dims of input i) and, unless
-    ``complex_ok``, complex inputs."""
+def check_inputs(
+    ctx: Any, core: Sequence[int], *, complex_ok: bool = False, symbolic_ok: bool = False
+) -> None:
+    """Refuse, unless ``symbolic_ok``, symbolic matrix dims (``core[i]`` trailing dims of
+    input i) and, unless ``complex_ok``, complex inputs."""
     for i, (aval, ndim) in enumerate(zip(ctx.avals_in, core)):
         if not complex_ok and np.issubdtype(aval.dtype, np.complexfloating):
             raise ctx.error(
@@ -66,11 +73,11 @@ def check_inputs(ctx: Any, core: Sequence[int], *, complex_ok: bool = False) -> 
                 "solve the real 2n x 2n system [[Re A, -Im A], [Im A, Re A]] instead."
             )
         dims = aval.shape[aval.ndim - ndim :]
-        if any(is_symbolic(d) for d in dims):
+        if not symbolic_ok and any(is_symbolic(d) for d in dims):
             raise ctx.error(
-                f"input {i} ({aval.str_short()}) has symbolic matrix dimensions {dims}: the "
-                "linear-algebra lowerings need static matrix sizes (only leading batch "
-                "dimensions may be symbolic). Export with concrete matrix sizes."
+                f"input {i} ({aval.str_short()}) has symbolic matrix dimensions {dims}: this "
+                "lowering needs static matrix sizes (only leading batch dimensions may be "
+                "symbolic). Export with concrete matrix sizes."
             )
 
 
@@ -88,6 +95,8 @@ def complex_case(name: str, fn: Any, shapes: Sequence[Any], **kw: Any) -> Any:
 def pivoted(x: Any) -> Any:
     """A well-conditioned matrix whose LU must pivot: ``x`` plus ``n`` times the reversal."""
     n = x.shape[-1]
+    if is_symbolic(n):
+        return x + n * jnp.flip(jnp.eye(n, dtype=x.dtype), 0)
     return x + n * jnp.asarray(np.eye(n)[::-1], x.dtype)
 
 
@@ -121,6 +130,12 @@ _NOT_PD = np.array([[4.0, 2.0, 1.0], [2.0, 1.0, 0.5], [1.0, 0.5, 3.0]])
             expect=["Loop"],
         ),
         case("jnp_linalg_cholesky", lambda x: jnp.linalg.cholesky(spd(x)), [("B", 4, 4)]),
+        case(  # a symbolic matrix size: one Loop, run at n = 1 and 5
+            "linalg_cholesky_symbolic",
+            lambda x: lax_linalg.cholesky_p.bind(spd(x) + jnp.triu(x, 1)),
+            [("N", "N")],
+            dim_sizes={"N": (3, 1, 5)},
+        ),
         complex_case("linalg_cholesky_complex", lambda x: lax_linalg.cholesky(spd(x)), [(4, 4)]),
         complex_case(
             "linalg_cholesky_complex_upper_kept",
@@ -139,6 +154,11 @@ _NOT_PD = np.array([[4.0, 2.0, 1.0], [2.0, 1.0, 0.5], [1.0, 0.5, 3.0]])
             lambda x, b: scipy_linalg().cho_solve(scipy_linalg().cho_factor(spd(x)), b),
             [(4, 4), (4, 2)],
         ),
+        complex_case(
+            "scipy_linalg_cho_solve_complex_symbolic",
+            lambda x, b: scipy_linalg().cho_solve(scipy_linalg().cho_factor(spd(x)), b),
+            [("B", "N", "N"), ("B", "N", 2)],
+        ),
         case(
             "scipy_linalg_cho_solve_lower_batched",
             lambda x, b: scipy_linalg().cho_solve(scipy_linalg().cho_factor(spd(x), lower=True), b),
@@ -152,7 +172,7 @@ def cholesky(ctx, x, **_):
     The strict upper triangle passes through and a failed factorization is NaN,
     as JAX's CPU result; complex matrices are factored as ``l l^H``.
     """
-    check_inputs(ctx, [2], complex_ok=True)
+    check_inputs(ctx, [2], complex_ok=True, symbolic_ok=True)
     return ctx.decompose(_linalg.cholesky, x)
 
 
@@ -180,6 +200,8 @@ def _all_forms(left_side: bool):
     cases=lambda: [
         case("linalg_triangular_solve_left", _all_forms(True), [(4, 4), (4, 3)]),
         case("linalg_triangular_solve_right", _all_forms(False), [(4, 4), (3, 4)]),
+        case("linalg_triangular_solve_left_symbolic", _all_forms(True), [("N", "N"), ("N", 2)]),
+        case("linalg_triangular_solve_right_symbolic", _all_forms(False), [("N", "N"), (2, "N")]),
         case(
             "linalg_triangular_solve_conjugate",
             lambda a, b: lax_linalg.triangular_solve(
@@ -230,7 +252,7 @@ def triangular_solve(ctx, a, b, **params):
     ``conjugate_a`` conjugates a complex ``a`` (nothing for real ones). The
     untouched triangle (and the diagonal with ``unit_diagonal``) is masked, never read.
     """
-    check_inputs(ctx, [2, 2], complex_ok=True)
+    check_inputs(ctx, [2, 2], complex_ok=True, symbolic_ok=True)
     return ctx.decompose(_linalg.triangular_solve, a, b, **params)
 
 
@@ -247,6 +269,23 @@ _SINGULAR = np.array([[1.0, 2.0, 3.0], [2.0, 4.0, 6.0], [1.0, 0.0, 1.0]])
         case("linalg_lu_wide", lax_linalg.lu, [(3, 5)]),
         case("linalg_lu_tall", lax_linalg.lu, [(5, 3)]),
         case("linalg_lu_batched", lax_linalg.lu, [("B", 4, 4)]),
+        case(  # tall at the static size and the first dynamic one, wide at the second
+            "linalg_lu_symbolic",
+            lax_linalg.lu,
+            [("M", "N")],
+            dim_sizes={"M": (4, 5, 2), "N": (3, 3, 4)},
+        ),
+        case(
+            "jnp_linalg_solve_det_inv_slogdet_symbolic",
+            lambda a, b: (
+                jnp.linalg.solve(pivoted(a), b),
+                jnp.linalg.det(pivoted(a)),
+                jnp.linalg.inv(pivoted(a)),
+                *jnp.linalg.slogdet(pivoted(a)),
+            ),
+            [("N", "N"), ("N", 2)],
+        ),
+        complex_case("linalg_lu_complex_symbolic", lax_linalg.lu, [("N", "N")]),
         case("linalg_lu_singular", lax_linalg.lu, [_SINGULAR]),
         case("linalg_lu_loop", lambda x: lax_linalg.lu(pivoted(x)), [(20, 20)], expect=["Loop"]),
         case("jnp_linalg_solve", lambda a, b: jnp.linalg.solve(pivoted(a), b), [(4, 4), (4, 2)]),
@@ -304,7 +343,7 @@ def lu(ctx, x, **_):
     """Decomposed: right-looking LU with partial pivoting (ArgMax of the column
     magnitudes picks the pivot, Gather/Where swap rows, one rank-one update per step).
     Complex pivots are chosen by ``|Re| + |Im|``, as LAPACK's zgetrf."""
-    check_inputs(ctx, [2], complex_ok=True)
+    check_inputs(ctx, [2], complex_ok=True, symbolic_ok=True)
     return ctx.decompose(_linalg.lu, x)
 
 
@@ -323,6 +362,13 @@ def lu(ctx, x, **_):
             dtypes=[np.int32],
             input_range=(0, 5),
         ),
+        case(  # symbolic pivot count and permutation size
+            "linalg_lu_pivots_to_permutation_symbolic",
+            lambda p: lax_linalg.lu_pivots_to_permutation(p, p.shape[-1] + 1),
+            [("B", "K")],
+            dtypes=[np.int32],
+            input_range=(0, 3),
+        ),
         case(
             "linalg_lu_pivots_to_permutation_loop",
             lambda p: lax_linalg.lu_pivots_to_permutation(p, 20),
@@ -335,7 +381,7 @@ def lu(ctx, x, **_):
 )
 def lu_pivots_to_permutation(ctx, pivots, *, permutation_size):
     """Decomposed: the row swaps applied in order to ``arange`` (Gather/Where per swap)."""
-    check_inputs(ctx, [1])
+    check_inputs(ctx, [1], symbolic_ok=True)
     return ctx.decompose(_linalg.pivots_to_permutation, pivots, permutation_size=permutation_size)
 
 
@@ -385,6 +431,11 @@ def custom_linear_solve(ctx, *args, const_lengths, jaxprs):
             [("B", 4, 3), ("B", 4, 4)],
         ),
         case(
+            "linalg_symmetric_product_symbolic",
+            lax_linalg.symmetric_product,
+            [("N", "K"), ("N", "N")],
+        ),
+        case(
             "linalg_symmetric_product_symmetrized",
             lambda a, c: lax_linalg.symmetric_product(a, c, beta=1.0, symmetrize_output=True),
             [(3, 5), (3, 3)],
@@ -393,7 +444,7 @@ def custom_linear_solve(ctx, *args, const_lengths, jaxprs):
 )
 def symmetric_product(ctx, a, c, *, alpha, beta, **_):
     """Decomposed: ``alpha * a @ a^T + beta * c`` (MatMul), the whole matrix as JAX's CPU."""
-    check_inputs(ctx, [2, 2])
+    check_inputs(ctx, [2, 2], symbolic_ok=True)
 
     def fn(a, c):
         product = jnp.einsum("...ij,...kj->...ik", a, a)
@@ -416,6 +467,11 @@ def symmetric_product(ctx, a, c, *, alpha, beta, **_):
             [(4, 4), (4,)],
         ),
         case(
+            "linalg_cholesky_update_symbolic",
+            lambda x, w: lax_linalg.cholesky_update(lax_linalg.cholesky(spd(x)).T, w),
+            [("N", "N"), ("N",)],
+        ),
+        case(
             "linalg_cholesky_update_loop",
             lambda x, w: lax_linalg.cholesky_update(lax_linalg.cholesky(spd(x)).T, w),
             [(20, 20), (20,)],
@@ -425,7 +481,7 @@ def symmetric_product(ctx, a, c, *, alpha, beta, **_):
 )
 def cholesky_update(ctx, r, w, **_):
     """Decomposed: one Givens rotation of row ``k`` against ``w`` per step (whole rows)."""
-    check_inputs(ctx, [2, 1])
+    check_inputs(ctx, [2, 1], symbolic_ok=True)
     return ctx.decompose(_linalg.cholesky_update, r, w)
 
 

@@ -32,6 +32,13 @@ vectors are unique only up to a unit phase per column (LAPACK's phases are its
 own), so complex cases compare phase-invariant functions (reconstructions,
 projectors ``v_i v_i^H``, ``abs(v)``).
 
+Matrix dimensions may be symbolic: the rounds of a sweep then run in an ONNX
+``Loop`` and each round's pairs come from a formula (the round-robin schedule
+is a constant table for static sizes); an odd size gets its zero row and
+column from the shape. ``svd`` must know which dimension is the larger (it
+picks the tall or the wide algorithm), so it refuses ``M x N`` with unrelated
+symbols; a square ``N x N`` or ``(N + 2) x N`` converts.
+
 ``eigh`` with ``subset_by_index=(lo, hi)`` computes every eigenpair and keeps
 the ``lo``-th to ``hi - 1``-th smallest (JAX's CPU backend does not implement
 the subset itself; ``tests/test_eigh_subset.py`` checks it against the full
@@ -40,6 +47,7 @@ the subset itself; ``tests/test_eigh_subset.py`` checks it against the full
 
 from __future__ import annotations
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 from jax.lax import linalg as lax_linalg
@@ -104,6 +112,17 @@ _HERMITIAN_SPREAD = (_CQ4 * np.array([-2.0, -0.5, 1.0, 3.0])) @ _CQ4.conj().T
         case("jnp_linalg_eigh_zero", _reconstruct_eigh, [np.zeros((3, 3))]),
         case("jnp_linalg_eigvalsh", jnp.linalg.eigvalsh, [("B", 6, 6)]),
         case("jnp_linalg_eigh_loop", _reconstruct_eigh, [(20, 20)], expect=["Loop"]),
+        case(  # odd sizes get a zero row and column (computed in the graph), even ones not
+            "jnp_linalg_eigh_symbolic",
+            _reconstruct_eigh,
+            [("N", "N")],
+            dim_sizes={"N": (3, 1, 4)},
+        ),
+        case(
+            "linalg_eigh_upper_values_symbolic",
+            lambda x: lax_linalg.eigh(x, lower=False, symmetrize_input=False)[1],
+            [("B", "N", "N")],
+        ),
         complex_case("jnp_linalg_eigh_complex", _reconstruct_eigh, [(4, 4)]),
         complex_case("jnp_linalg_eigh_complex_odd_batched", _reconstruct_eigh, [("B", 5, 5)]),
         complex_case(
@@ -113,6 +132,7 @@ _HERMITIAN_SPREAD = (_CQ4 * np.array([-2.0, -0.5, 1.0, 3.0])) @ _CQ4.conj().T
         ),
         case("jnp_linalg_eigh_complex_vectors", _projectors, [_HERMITIAN_SPREAD]),
         complex_case("jnp_linalg_eigvalsh_complex", jnp.linalg.eigvalsh, [(6, 6)]),
+        complex_case("jnp_linalg_eigh_complex_symbolic", _reconstruct_eigh, [("N", "N")]),
     ],
 )
 def eigh(ctx, x, *, lower, subset_by_index=None, **_):
@@ -120,7 +140,7 @@ def eigh(ctx, x, *, lower, subset_by_index=None, **_):
     triangle, sweeps in a while loop, eigenvalues sorted ascending (TopK). A
     ``subset_by_index=(lo, hi)`` slices eigenpairs ``lo .. hi - 1`` of all of them.
     Hermitian matrices take unitary rotations."""
-    check_inputs(ctx, [2], complex_ok=True)
+    check_inputs(ctx, [2], complex_ok=True, symbolic_ok=True)
     everything = (0, ctx.avals_in[0].shape[-1])
     if subset_by_index is None or tuple(subset_by_index) == everything:
         return ctx.decompose(_linalg_orth.eigh, x, lower=lower)
@@ -166,6 +186,13 @@ def _svd_abs(x):
         case("jnp_linalg_svd_wide_reduced", _svd_parts(False), [(2, 4)]),
         case("jnp_linalg_svd_distinct_vectors", _svd_abs, [_SINGULAR_SPREAD]),
         case("jnp_linalg_svd_loop", _svd_parts(False), [(20, 18)], expect=["Loop"]),
+        case("jnp_linalg_svd_symbolic", _svd_parts(True), [("N", "N")], dim_sizes={"N": (3, 1, 4)}),
+        case(  # tall by a known margin: the QR path, with a symbolic min(M, N) = N
+            "jnp_linalg_svd_tall_symbolic",
+            _svd_parts(False),
+            [("N + 2", "N")],
+        ),
+        case("jnp_linalg_pinv_wide_symbolic", jnp.linalg.pinv, [("N", "N + 1")]),
         case("jnp_linalg_pinv", jnp.linalg.pinv, [("B", 4, 3)]),
         case("jnp_linalg_pinv_wide", jnp.linalg.pinv, [(2, 5)]),
         case(
@@ -191,14 +218,26 @@ def _svd_abs(x):
             "jnp_linalg_svd_complex_values", lambda x: jnp.linalg.svd(x, compute_uv=False), [(4, 6)]
         ),
         complex_case("jnp_linalg_pinv_complex", jnp.linalg.pinv, [(4, 3)]),
+        complex_case("jnp_linalg_svd_complex_symbolic", _svd_parts(False), [("N", "N")]),
     ],
 )
 def svd(ctx, x, *, full_matrices, compute_uv, subset_by_index=None, **_):
     """Decomposed: one-sided Jacobi (after a Householder QR when tall; a wide matrix
     as its conjugate transpose), singular values sorted descending (TopK). Complex
     matrices take unitary rotations."""
-    check_inputs(ctx, [2], complex_ok=True)
-    everything = (0, min(ctx.avals_in[0].shape[-2:]))
+    check_inputs(ctx, [2], complex_ok=True, symbolic_ok=True)
+    aval = ctx.avals_in[0]
+    m, n = aval.shape[-2:]
+    try:
+        tall = m >= n  # the algorithm takes the tall or the wide path
+    except jax.errors.InconclusiveDimensionOperation:
+        raise ctx.error(
+            f"input {aval.str_short()} has symbolic matrix dimensions {(m, n)} of which "
+            "neither is known to be the larger: the SVD lowering picks its algorithm by "
+            "shape. Export a square matrix (the same symbol for both dimensions), "
+            "dimensions that compare (e.g. 'N + 2' rows and 'N' columns) or concrete sizes."
+        ) from None
+    everything = (0, n if tall else m)
     if subset_by_index is not None and tuple(subset_by_index) != everything:
         raise ctx.error(
             f"subset_by_index={subset_by_index} is not supported (JAX's CPU backend does not "

@@ -43,8 +43,9 @@ order- and phase-invariant functions: power sums ``sum(w**k)`` (``trace(T^k)``
 for the real Schur form), residuals ``A v - v w``, reconstructions, sorted
 magnitudes (sorted real parts and ``|imaginary parts|`` from the real form's
 blocks), the block structure, and the gauge itself (the imaginary part of
-each vector's largest entry). Matrix dimensions must be static; batch
-dimensions may be symbolic.
+each vector's largest entry). Matrix dimensions may be symbolic (every loop
+then runs as an ONNX ``Loop`` and the iteration cap is computed from the
+shape); so may batch dimensions.
 
 Not done: ``schur`` with ``sort_eig_vals``/``select_callable``.
 """
@@ -56,8 +57,9 @@ import jax.numpy as jnp
 import numpy as np
 from jax.lax import linalg as lax_linalg
 
-from jax2onnx.plugin import Family, case
+from jax2onnx.plugin import Family, case, is_symbolic
 from jax2onnx_lax import _linalg_real_schur, _linalg_schur
+from jax2onnx_lax._linalg import eye_mask, tril_mask
 from jax2onnx_lax.linalg import check_inputs, scipy_linalg
 
 family = Family("lax")
@@ -79,8 +81,12 @@ _COMPLEX_DIAG = np.array([0.3 + 0.3j, -0.6 + 0.15j, 0.75 - 0.3j, -0.15 - 0.6j, 0
 
 
 def _spread(x):
-    """``x`` scaled down and added to a matrix with well-separated eigenvalues."""
+    """``x`` scaled down and added to a matrix with well-separated eigenvalues
+    (a symbolic ``n`` needs the constraint ``n <= 6``)."""
     n = x.shape[-1]
+    if is_symbolic(n):
+        base = np.diag(_COMPLEX_DIAG) if jnp.iscomplexobj(x) else _REAL_BASE
+        return 0.04 * x + jnp.asarray(base, x.dtype)[:n, :n]
     base = np.diag(_COMPLEX_DIAG[:n]) if jnp.iscomplexobj(x) else _REAL_BASE[:n, :n]
     return 0.04 * x + jnp.asarray(base, x.dtype)
 
@@ -89,9 +95,11 @@ def _h(m):
     return jnp.conj(jnp.swapaxes(m, -1, -2))
 
 
-def _power_sums(w):
-    """``sum_i w_i^k`` for ``k = 1 .. n``: the traces of ``A^k``, order-invariant."""
-    return jnp.stack([jnp.sum(w**k, axis=-1) for k in range(1, w.shape[-1] + 1)], axis=-1)
+def _power_sums(w, count=None):
+    """``sum_i w_i^k`` for ``k = 1 .. count`` (default ``n``): the traces of ``A^k``,
+    order-invariant. Cases of symbolic size give a fixed ``count``."""
+    count = w.shape[-1] if count is None else count
+    return jnp.stack([jnp.sum(w**k, axis=-1) for k in range(1, count + 1)], axis=-1)
 
 
 def _gauge(v):
@@ -100,11 +108,11 @@ def _gauge(v):
     return jnp.imag(jnp.take_along_axis(v, top[..., None, :], axis=-2))
 
 
-def _eig_invariants(x):
+def _eig_invariants(x, powers=None):
     a = _spread(x)
     w, vl, vr = lax_linalg.eig(a)
     return (
-        _power_sums(w),
+        _power_sums(w, powers),
         jnp.sort(jnp.abs(w), axis=-1),
         a @ vr - vr * w[..., None, :],  # right residuals
         _h(vl) @ a - w[..., :, None] * _h(vl),  # left residuals
@@ -167,13 +175,27 @@ def _roots(c):
         _complex_cases("jnp_linalg_eigvals_complex", _eigvals, [(6, 6)]),
         case("jnp_linalg_eig_reconstruct", _eig_reconstruct, [(4, 4)], input_range=(-1, 1)),
         case("jnp_roots", _roots, [_ROOTS_COEFFS]),
+        case(
+            "linalg_eig_symbolic",
+            lambda x: _eig_invariants(x, 4),
+            [("N", "N")],
+            input_range=(-1, 1),
+            constraints=["N <= 6"],
+        ),
+        _complex_cases(
+            "linalg_eig_complex_symbolic",
+            lambda x: _eig_invariants(x, 4),
+            [("N", "N")],
+            dim_sizes={"N": (3, 1, 4)},
+            constraints=["N <= 6"],
+        ),
     ],
 )
 def eig(ctx, x, *, compute_left_eigenvectors, compute_right_eigenvectors, **_):
     """Decomposed: complex Schur form by Hessenberg reduction and shifted QR (a
     ``while_loop``), eigenvectors by substitution on the triangular factor, LAPACK's
     normalisation (``_linalg_schur.eig``). A real input is converted to complex first."""
-    check_inputs(ctx, [2], complex_ok=True)
+    check_inputs(ctx, [2], complex_ok=True, symbolic_ok=True)
     dtype = ctx.avals_out[0].dtype
 
     def fn(a):
@@ -184,15 +206,15 @@ def eig(ctx, x, *, compute_left_eigenvectors, compute_right_eigenvectors, **_):
     return ctx.decompose(fn, x)
 
 
-def _schur_invariants(x):
+def _schur_invariants(x, powers=None):
     a = _spread(x)
     t, z = lax_linalg.schur(a)
     n = a.shape[-1]
     return (
         z @ t @ _h(z),
         _h(z) @ z,
-        jnp.abs(jnp.where(np.tril(np.ones((n, n), bool), -1), t, 0)),
-        _power_sums(jnp.diagonal(t, axis1=-2, axis2=-1)),
+        jnp.abs(jnp.where(tril_mask(n, k=-1), t, 0)),
+        _power_sums(jnp.diagonal(t, axis1=-2, axis2=-1), powers),
         jnp.sort(jnp.abs(jnp.diagonal(t, axis1=-2, axis2=-1)), axis=-1),
     )
 
@@ -264,6 +286,32 @@ def _real_schur_values(x):
     return _real_schur_form(t)
 
 
+def _real_schur_symbolic(x):
+    """Invariants of the real Schur form of a matrix of symbolic size ``n <= 18``:
+    the residual, ``Z^T Z``, the entries below the subdiagonal, ``trace(t^k)`` for
+    ``k = 1 .. 4``, the standard form of each 2x2 block (equal diagonal entries,
+    ``b c < 0``), the number of blocks and the sorted diagonal."""
+    n = x.shape[-1]
+    a = 0.04 * x + jnp.asarray(_SCHUR_BASE, x.dtype)[:n, :n]
+    t, z = lax_linalg.schur(a)
+    zt = jnp.swapaxes(z, -1, -2)
+    d = jnp.diagonal(t, axis1=-2, axis2=-1)
+    shift = eye_mask(n, -1).astype(t.dtype)  # row r picks column r - 1
+    sub, sup = jnp.sum(shift * t, axis=-1), jnp.sum(shift.T * t, axis=-2)  # t[r, r-1], t[r-1, r]
+    block = sub != 0
+    powers = [jnp.trace(jnp.linalg.matrix_power(t, k), axis1=-2, axis2=-1) for k in (1, 2, 3, 4)]
+    return (
+        z @ t @ zt - a,
+        zt @ z,
+        jnp.abs(jnp.where(tril_mask(n, k=-2), t, 0)),
+        jnp.stack(powers, axis=-1),
+        jnp.where(block, shift @ d - d, 0),
+        jnp.all(jnp.where(block, sub * sup < 0, True), axis=-1),
+        jnp.sum(block, axis=-1),
+        jnp.sort(d, axis=-1),
+    )
+
+
 def _real_cases(name, fn, shapes, **kw):
     return case(name, fn, shapes, input_range=(-1, 1), **kw)
 
@@ -306,6 +354,20 @@ def _real_cases(name, fn, shapes, **kw):
             lambda x: _real_schur_invariants(x, schur=scipy_linalg().schur),
             [(3, 3)],
         ),
+        _real_cases(  # sizes 1 and 2 take no double-shift step, 5 does
+            "linalg_schur_real_symbolic",
+            _real_schur_symbolic,
+            [("N", "N")],
+            dim_sizes={"N": (4, 1, 2, 5)},
+            constraints=["N <= 18"],
+        ),
+        _complex_cases(
+            "linalg_schur_complex_symbolic",
+            lambda x: _schur_invariants(x, 4),
+            [("N", "N")],
+            dim_sizes={"N": (3, 1, 5)},
+            constraints=["N <= 6"],
+        ),
     ],
 )
 def schur(ctx, x, *, compute_schur_vectors, sort_eig_vals=False, select_callable=None, **_):
@@ -313,7 +375,7 @@ def schur(ctx, x, *, compute_schur_vectors, sort_eig_vals=False, select_callable
     single-shift in complex arithmetic for a complex matrix (``_linalg_schur``),
     Francis double-shift in real arithmetic with standardised 2x2 blocks for a real
     one (``_linalg_real_schur``)."""
-    check_inputs(ctx, [2], complex_ok=True)
+    check_inputs(ctx, [2], complex_ok=True, symbolic_ok=True)
     if sort_eig_vals or select_callable is not None:
         raise ctx.error(
             "schur with sort_eig_vals/select_callable is not supported: compute the "
@@ -334,6 +396,12 @@ def schur(ctx, x, *, compute_schur_vectors, sort_eig_vals=False, select_callable
         case("linalg_hessenberg_batched", lax_linalg.hessenberg, [("B", 4, 4)]),
         _complex_cases("linalg_hessenberg_complex", lax_linalg.hessenberg, [(4, 4)]),
         _complex_cases("linalg_hessenberg_complex_batched", lax_linalg.hessenberg, [("B", 3, 3)]),
+        case(  # N - 1 reflectors, none for N = 1
+            "scipy_linalg_hessenberg_q_symbolic",
+            lambda x: scipy_linalg().hessenberg(x, calc_q=True),
+            [("N", "N")],
+            dim_sizes={"N": (3, 1, 5)},
+        ),
         case(
             "scipy_linalg_hessenberg_q",
             lambda x: scipy_linalg().hessenberg(x, calc_q=True),
@@ -349,7 +417,7 @@ def schur(ctx, x, *, compute_schur_vectors, sort_eig_vals=False, select_callable
 def hessenberg(ctx, x):
     """Decomposed: LAPACK gehd2's Householder reduction step for step (masked
     rank-one updates), reflectors packed below the subdiagonal with their ``taus``."""
-    check_inputs(ctx, [2], complex_ok=True)
+    check_inputs(ctx, [2], complex_ok=True, symbolic_ok=True)
     return ctx.decompose(_linalg_schur.gehrd, x)
 
 
@@ -367,12 +435,23 @@ def _tridiagonal(lower):
         case("linalg_tridiagonal_batched", _tridiagonal(False), [("B", 6, 6)]),
         _complex_cases("linalg_tridiagonal_complex_lower", _tridiagonal(True), [(4, 4)]),
         _complex_cases("linalg_tridiagonal_complex_upper", _tridiagonal(False), [(5, 5)]),
+        case(
+            "linalg_tridiagonal_symbolic",
+            lambda x: (*_tridiagonal(True)(x), *_tridiagonal(False)(x)),
+            [("N", "N")],
+            dim_sizes={"N": (3, 1, 4)},
+        ),
+        _complex_cases(
+            "linalg_tridiagonal_complex_symbolic",
+            lambda x: (*_tridiagonal(True)(x), *_tridiagonal(False)(x)),
+            [("N", "N")],
+        ),
     ],
 )
 def tridiagonal(ctx, x, *, lower):
     """Decomposed: LAPACK sytd2/hetd2 step for step (one reflector and a Hermitian
     rank-two update per column); the upper form as the lower one of the reversed matrix."""
-    check_inputs(ctx, [2], complex_ok=True)
+    check_inputs(ctx, [2], complex_ok=True, symbolic_ok=True)
     return ctx.decompose(_linalg_schur.sytrd, x, lower=lower)
 
 

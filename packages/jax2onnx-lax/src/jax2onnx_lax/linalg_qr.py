@@ -12,7 +12,9 @@ phases) included; column pivoting picks the same columns (largest remaining
 norm, the first on ties) unless two norms tie to rounding. Complex matrices
 (stored as real/imaginary pairs, ONNX Runtime having no complex tensors) take
 the same code in complex arithmetic (``H = I - tau v v^H``; ``ormqr``'s
-``transpose`` is the conjugate transpose). Matrix dims must be static.
+``transpose`` is the conjugate transpose). Matrix dims may be symbolic, also
+unrelated ones (``M x N``): the number of reflectors is then ``min(M, N)``,
+computed in the graph, and the steps run in one ``Loop``.
 """
 
 from __future__ import annotations
@@ -26,6 +28,9 @@ from jax2onnx_lax import _linalg_orth
 from jax2onnx_lax.linalg import check_inputs, complex_case, scipy_linalg
 
 family = Family("lax")
+
+
+_TALL_WIDE = {"M": (4, 5, 2), "N": (3, 3, 4)}  # static 4x3, then 5x3 and 2x4
 
 
 def _raw(x):
@@ -51,6 +56,10 @@ def _qr(mode):
         case("jnp_linalg_qr_complete_wide", _qr("complete"), [(3, 5)]),
         case("jnp_linalg_qr_r", lambda x: jnp.linalg.qr(x, mode="r"), [(5, 4)]),
         case("jnp_linalg_qr_batched", _qr("reduced"), [("B", 4, 3)]),
+        case("jnp_linalg_qr_reduced_symbolic", _qr("reduced"), [("M", "N")], dim_sizes=_TALL_WIDE),
+        case(
+            "jnp_linalg_qr_complete_symbolic", _qr("complete"), [("M", "N")], dim_sizes=_TALL_WIDE
+        ),
         case("jnp_linalg_qr_loop", _qr("reduced"), [(20, 18)], expect=["Loop"]),
         case(
             "jnp_linalg_qr_zero_column",  # exactly reduced columns: tau = 0, as LAPACK
@@ -67,7 +76,14 @@ def _qr(mode):
             lambda x: tuple(scipy_linalg().qr(x, pivoting=True, mode="economic")),
             [("B", 3, 5)],
         ),
+        case(
+            "scipy_linalg_qr_pivoting_symbolic",
+            lambda x: tuple(scipy_linalg().qr(x, pivoting=True, mode="economic")),
+            [("M", "N")],
+            dim_sizes=_TALL_WIDE,
+        ),
         complex_case("jnp_linalg_qr_complex_tall", _qr("reduced"), [(5, 3)]),
+        complex_case("jnp_linalg_qr_complex_symbolic", _qr("complete"), [("N", "N")]),
         complex_case("jnp_linalg_qr_complex_wide", _qr("complete"), [("B", 3, 4)]),
         complex_case(
             "scipy_linalg_qr_pivoting_complex",
@@ -79,7 +95,7 @@ def _qr(mode):
 def qr(ctx, x, *, full_matrices, pivoting=False, **_):
     """Decomposed: Householder QR (geqrf, or geqp3 when pivoting), the Householder
     product for ``q`` and the upper triangle for ``r``, as JAX's own expansion."""
-    check_inputs(ctx, [2], complex_ok=True)
+    check_inputs(ctx, [2], complex_ok=True, symbolic_ok=True)
     return ctx.decompose(_linalg_orth.qr, x, full_matrices=full_matrices, pivoting=pivoting)
 
 
@@ -90,6 +106,7 @@ def qr(ctx, x, *, full_matrices, pivoting=False, **_):
         case("linalg_geqrf_tall", _raw, [(5, 3)]),
         case("linalg_geqrf_wide", _raw, [(3, 5)]),
         case("linalg_geqrf_batched", _raw, [("B", 4, 4)]),
+        case("linalg_geqrf_symbolic", _raw, [("M", "N")], dim_sizes=_TALL_WIDE),
         complex_case("linalg_geqrf_complex", _raw, [(4, 3)]),
         case(
             "linalg_geqrf_zero_column",  # tau = 0 where the column is already reduced
@@ -101,7 +118,7 @@ def qr(ctx, x, *, full_matrices, pivoting=False, **_):
 def geqrf(ctx, x, **_):
     """Decomposed: Householder QR in LAPACK's packed form (reflectors below the
     diagonal, ``r`` on and above it, ``taus``)."""
-    check_inputs(ctx, [2], complex_ok=True)
+    check_inputs(ctx, [2], complex_ok=True, symbolic_ok=True)
     return ctx.decompose(_linalg_orth.geqrf, x)
 
 
@@ -117,6 +134,14 @@ def _geqp3(x, jpvt):
     cases=lambda: [
         case("linalg_geqp3", _geqp3, [(4, 5), np.zeros(5, np.int32)]),
         case("linalg_geqp3_fixed_columns", _geqp3, [(5, 4), np.array([0, 1, 0, 1], np.int32)]),
+        case(  # jpvt drawn from {0, 1}: some columns fixed in front
+            "linalg_geqp3_symbolic",
+            _geqp3,
+            [("M", "N"), ("N",)],
+            dtypes=[None, np.int32],
+            dim_sizes=_TALL_WIDE,
+            input_range=(0, 2),
+        ),
         case(
             "linalg_geqp3_batched",
             _geqp3,
@@ -127,7 +152,7 @@ def _geqp3(x, jpvt):
 def geqp3(ctx, x, jpvt, **_):
     """Decomposed: Householder QR with column pivoting, LAPACK's geqp3 (1-based ``jpvt``;
     nonzero entries of the ``jpvt`` operand mark columns factored first, unpivoted)."""
-    check_inputs(ctx, [2, 1], complex_ok=True)
+    check_inputs(ctx, [2, 1], complex_ok=True, symbolic_ok=True)
     return ctx.decompose(_linalg_orth.geqp3, x, jpvt)
 
 
@@ -152,6 +177,7 @@ def _ormqr(left, transpose):
     cases=lambda: [
         case("linalg_householder_product", _product, [(5, 3)]),
         case("linalg_householder_product_batched", _product, [("B", 4, 4)]),
+        case("linalg_householder_product_symbolic", _product, [("N", "N")]),
         complex_case("linalg_householder_product_complex", _product, [(5, 3)]),
         case(
             "linalg_householder_product_fewer_taus",
@@ -162,7 +188,7 @@ def _ormqr(left, transpose):
 )
 def householder_product(ctx, a, taus, **_):
     """Decomposed: ``H_0 ... H_{k-1}`` accumulated backwards from the identity (as orgqr)."""
-    check_inputs(ctx, [2, 1], complex_ok=True)
+    check_inputs(ctx, [2, 1], complex_ok=True, symbolic_ok=True)
     return ctx.decompose(_linalg_orth.householder_product, a, taus)
 
 
@@ -174,6 +200,12 @@ def householder_product(ctx, a, taus, **_):
         case("linalg_ormqr_left_transpose", _ormqr(True, True), [(5, 3), (5, 2)]),
         case("linalg_ormqr_right", _ormqr(False, False), [(4, 4), (3, 4)]),
         case("linalg_ormqr_right_transpose", _ormqr(False, True), [("B", 4, 2), ("B", 3, 4)]),
+        case(
+            "linalg_ormqr_symbolic",
+            lambda x, c, d: (_ormqr(True, True)(x, c), _ormqr(False, False)(x, d)),
+            [("M", "N"), ("M", 2), (2, "M")],
+            dim_sizes=_TALL_WIDE,
+        ),
         complex_case("linalg_ormqr_complex_left", _ormqr(True, False), [(5, 3), (5, 2)]),
         complex_case("linalg_ormqr_complex_left_transpose", _ormqr(True, True), [(4, 4), (4, 2)]),
         complex_case("linalg_ormqr_complex_right", _ormqr(False, False), [(4, 3), (2, 4)]),
@@ -188,7 +220,7 @@ def householder_product(ctx, a, taus, **_):
 def ormqr(ctx, a, taus, c, *, left, transpose, **_):
     """Decomposed: the reflectors applied to ``c`` one at a time, in the order the
     product ``Q`` (or ``Q^T``) needs, never forming ``Q``."""
-    check_inputs(ctx, [2, 1, 2], complex_ok=True)
+    check_inputs(ctx, [2, 1, 2], complex_ok=True, symbolic_ok=True)
     return ctx.decompose(_linalg_orth.ormqr, a, taus, c, left=left, transpose=transpose)
 
 

@@ -373,6 +373,21 @@ family.add_cases(
             variants=("f32",),
         ),
         _keyed("categorical", lambda k, x: jax.random.categorical(k, x, axis=-1)),
+        # the other axis empty at run time: the counters' Reshape to (B, T) has a size 0
+        *_also13(
+            _keyed(
+                "categorical_axis0_no_columns",
+                lambda k, x: jax.random.categorical(k, x, axis=0),
+                ("B", "T"),
+                dim_sizes={"B": (3, 2, 4), "T": (5, 0, 3)},
+            )
+        ),
+        _keyed(
+            "categorical_no_rows",
+            lambda k, x: jax.random.categorical(k, x, axis=-1),
+            ("B", "T"),
+            dim_sizes={"B": (3, 0, 2), "T": (5, 4, 1)},
+        ),
         _keyed("gumbel", lambda k, x: x + jax.random.gumbel(k, x.shape, x.dtype)),
         _keyed(
             "truncated_normal",

@@ -131,14 +131,14 @@ def reshape(ctx, x, *dyn_shape, new_sizes, dimensions, **_):
         x = ctx.op.Transpose(x, perm=list(dimensions))
         in_shape = [in_shape[d] for d in dimensions]
     if any(not is_symbolic(d) and int(d) == 0 for d in new_sizes):
-        return ctx.op.Reshape(x, ctx.shape(new_sizes), allowzero=1)
+        return ctx.reshape(x, new_sizes)
     target = [
         0 if is_symbolic(d) and i < len(in_shape) and _same(d, in_shape[i]) else d
         for i, d in enumerate(new_sizes)
     ]
     symbolic = [i for i, d in enumerate(target) if is_symbolic(d)]
     if len(symbolic) > 1:
-        return ctx.op.Reshape(x, ctx.shape(new_sizes))
+        return ctx.reshape(x, new_sizes)
     target = [-1 if is_symbolic(d) else int(d) for d in target]
     return ctx.op.Reshape(x, ctx.const(np.asarray(target, _I64)))
 
@@ -378,7 +378,7 @@ def _interior(ctx, x, value, shape, spread, padding_config):
     merged = [d * (1 + padding_config[a][2]) if a in spread else d for a, d in enumerate(shape)]
     symbolic = [d for d in merged if is_symbolic(d)]
     if len(symbolic) > 1:
-        return ctx.op.Reshape(y, ctx.shape(merged))
+        return ctx.reshape(y, merged)
     target = [-1 if is_symbolic(d) else int(d) for d in merged]
     return ctx.op.Reshape(y, ctx.const(np.asarray(target, _I64)))
 

@@ -172,7 +172,7 @@ class _Layout:
             y = ctx.op.Squeeze(y, ctx.i64([0, 1] if nl == 0 else [1]))
         elif nl > 2:
             dims = [out_shape[a] for a in self.perm]
-            y = ctx.op.Reshape(y, ctx.shape(dims))
+            y = ctx.reshape(y, dims)
         if self.perm != sorted(self.perm):
             y = ctx.op.Transpose(y, perm=[int(i) for i in np.argsort(self.perm)])
         return y
