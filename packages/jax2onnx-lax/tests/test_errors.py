@@ -31,18 +31,6 @@ def test_schur_refuses_sorted_eigenvalues():
         to_onnx(lambda x: lax.linalg.schur(x, sort_eig_vals=True)[0], [(3, 3)])
 
 
-def test_tridiagonal_solve_needs_a_static_system_size():
-    with pytest.raises(
-        LoweringError, match=r"tridiagonal_solve at .*test_errors.py.*symbolic matrix dimensions"
-    ):
-        to_onnx(lambda *xs: lax.linalg.tridiagonal_solve(*xs), [("N",), ("N",), ("N",), ("N", 1)])
-
-
-def test_svd_needs_comparable_symbolic_matrix_dims():
-    with pytest.raises(LoweringError, match=r"svd at .*test_errors.py.*neither is known"):
-        to_onnx(lambda x: lax.linalg.svd(x, compute_uv=False)[0], [("M", "N")])
-
-
 def test_svd_refuses_subset_by_index():  # eigh's subset: test_eigh_subset.py
     with pytest.raises(LoweringError, match=r"svd at .*test_errors.py.*subset_by_index"):
         to_onnx(

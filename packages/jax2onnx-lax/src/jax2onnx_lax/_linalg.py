@@ -313,11 +313,12 @@ def tridiagonal_solve(dl: Any, d: Any, du: Any, b: Any, *, perturb_singular: boo
     Step ``i`` keeps row ``i`` when ``|d_i| >= |dl_{i+1}|`` and otherwise swaps it
     with row ``i + 1`` (which brings a second superdiagonal in), the scheme of
     LAPACK's gtsv that JAX's CPU backend calls. ``dl[0]`` and ``du[-1]`` are
-    ignored. Rows are scanned along the system axis (the scan's leading axis).
+    ignored. Rows are scanned along the system axis (the scan's leading axis),
+    also for a symbolic system size (two ``Loop``s of ``n - 1`` steps).
     """
     n = d.shape[-1]
-    dl = jnp.where(np.arange(n) == 0, 0, dl)
-    du = jnp.where(np.arange(n) == n - 1, 0, du)
+    dl = jnp.where(iota(n) == 0, 0, dl)
+    du = jnp.where(iota(n) == n - 1, 0, du)
     dl, d, du = (jnp.moveaxis(x, -1, 0) for x in (dl, d, du))
     rows_b = jnp.moveaxis(b, -2, 0)
 
@@ -339,7 +340,7 @@ def tridiagonal_solve(dl: Any, d: Any, du: Any, b: Any, *, perturb_singular: boo
         return (nd, nu, nb), row
 
     d_last, b_last, rows = d[0], rows_b[0], None
-    if n > 1:
+    if is_symbolic(n) or n > 1:  # a symbolic n: scans of n - 1 >= 0 steps
         (d_last, _, b_last), rows = scan(
             eliminate, (d[0], du[0], rows_b[0]), [dl[1:], d[1:], du[1:], rows_b[1:]], n - 1
         )

@@ -21,12 +21,22 @@ from __future__ import annotations
 
 from typing import Any
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
 from jax2onnx.plugin import is_symbolic
-from jax2onnx_lax._linalg import dim_min, eye_mask, index, iota, repeat, swap_rows, tril_mask
+from jax2onnx_lax._linalg import (
+    dim_max,
+    dim_min,
+    eye_mask,
+    index,
+    iota,
+    repeat,
+    swap_rows,
+    tril_mask,
+)
 
 MAX_SWEEPS = 30  # Jacobi converges quadratically: a handful of sweeps in practice
 
@@ -435,16 +445,36 @@ def _one_sided_jacobi(x, *, vectors):
 def svd(a: Any, *, full_matrices: bool, compute_uv: bool) -> tuple[Any, ...]:
     """``(s,)`` or ``(s, u, vt)`` with descending ``s``, as ``lax.linalg.svd``.
 
-    A wide matrix is handled as its conjugate transpose. A tall one is first reduced to
-    its ``R`` by Householder QR, and ``u`` is ``Q`` times the Jacobi vectors of
-    ``R`` (the rest of ``Q`` completes ``u`` when ``full_matrices``).
+    A wide matrix is handled as its conjugate transpose, a tall or square one by
+    :func:`_tall_svd`. Symbolic dimensions of which neither is known to be the
+    larger take :func:`_svd_either`.
     """
     m, n = a.shape[-2:]
-    wide = m < n
+    try:
+        wide = m < n
+    except jax.errors.InconclusiveDimensionOperation:
+        return _svd_either(a, full_matrices=full_matrices, compute_uv=compute_uv)
     x = jnp.conj(jnp.swapaxes(a, -1, -2)) if wide else a
     rows, cols = x.shape[-2:]
+    found = _tall_svd(x, full_matrices, compute_uv, reduce=rows > cols)
+    if not compute_uv:
+        return found
+    sigma, u, v = found
+    if wide:
+        u, v = v, u
+    return sigma, u, jnp.conj(jnp.swapaxes(v, -1, -2))
+
+
+def _tall_svd(x: Any, full_matrices: bool, compute_uv: bool, *, reduce: bool) -> tuple[Any, ...]:
+    """``(s,)`` or ``(s, u, v)`` of a tall or square ``x``, ``s`` descending.
+
+    With ``reduce`` ``x`` is first reduced to its ``R`` by Householder QR, and
+    ``u`` is ``Q`` times the Jacobi vectors of ``R`` (the rest of ``Q``
+    completes ``u`` when ``full_matrices``); otherwise ``x`` is square.
+    """
+    rows, cols = x.shape[-2:]
     packed = taus = None
-    if rows > cols:
+    if reduce:
         packed, taus = geqrf(x)
         x = jnp.where(~tril_mask(cols, k=-1), packed[..., :cols, :], 0)
     sigma, u, v = _one_sided_jacobi(x, vectors=compute_uv)
@@ -454,9 +484,38 @@ def svd(a: Any, *, full_matrices: bool, compute_uv: bool) -> tuple[Any, ...]:
         return (sigma,)
     u = jnp.take_along_axis(u, order[..., None, :], axis=-1, mode="clip")
     v = jnp.take_along_axis(v, order[..., None, :], axis=-1, mode="clip")
-    if packed is not None:
+    if reduce:
         q = householder_product(packed, taus, rows if full_matrices else cols)
         u = jnp.concatenate([q[..., :cols] @ u, q[..., cols:]], axis=-1)
-    if wide:
-        u, v = v, u
-    return sigma, u, jnp.conj(jnp.swapaxes(v, -1, -2))
+    return sigma, u, v
+
+
+def _fit(x: Any, rows: Any, cols: Any) -> Any:
+    """``x``'s last two axes cut or zero-padded at their ends to ``rows x cols``."""
+    r, c = x.shape[-2:]
+    config = [(0, 0, 0)] * (x.ndim - 2) + [(0, rows - r, 0), (0, cols - c, 0)]
+    return lax.pad(x, jnp.zeros((), x.dtype), config)
+
+
+def _svd_either(a: Any, *, full_matrices: bool, compute_uv: bool) -> tuple[Any, ...]:
+    """:func:`svd` of an ``m x n`` matrix whose orientation is known at run time only.
+
+    The tall one of ``a`` and ``a^H`` (chosen by a select on ``m < n``) is cut or
+    padded to ``max(m, n) x min(m, n)`` -- an exact fit for the chosen one --
+    and goes :func:`_tall_svd` with its QR. The factors are fitted back to
+    JAX's shapes the same way and swapped by the same select, so both
+    orientations are one graph.
+    """
+    m, n = a.shape[-2:]
+    big, small = dim_max(m, n), dim_min(m, n)
+    wide = jnp.asarray(m, np.int32) < jnp.asarray(n, np.int32)
+    at = jnp.conj(jnp.swapaxes(a, -1, -2))
+    x = jnp.where(wide, _fit(at, big, small), _fit(a, big, small))
+    found = _tall_svd(x, full_matrices, compute_uv, reduce=True)
+    if not compute_uv:
+        return found
+    sigma, u, v = found  # u: big x (big or small), v: small x small
+    left, right = (m, n) if full_matrices else (small, small)
+    u_a = jnp.where(wide, _fit(v, m, left), _fit(u, m, left))
+    v_a = jnp.where(wide, _fit(u, n, right), _fit(v, n, right))
+    return sigma, u_a, jnp.conj(jnp.swapaxes(v_a, -1, -2))

@@ -8,9 +8,9 @@ become one ONNX ``Loop`` beyond, as they do for a symbolic matrix dimension
 (the trip count then comes from the input's shape). ``cholesky``,
 ``triangular_solve``, ``lu`` and ``lu_pivots_to_permutation`` (hence
 ``solve``, ``inv``, ``det``, ``slogdet``, ``cho_solve``, ``lu_solve``) take
-symbolic matrix dimensions, as do ``symmetric_product`` and
-``cholesky_update``; ``tridiagonal_solve`` needs a static system size. Leading
-batch dimensions may be symbolic everywhere.
+symbolic matrix dimensions, as do ``symmetric_product``,
+``cholesky_update`` and ``tridiagonal_solve``. Leading batch dimensions may be
+symbolic everywhere.
 
 What is reproduced (ONNX Runtime against JAX's CPU backend, LAPACK):
 
@@ -60,24 +60,14 @@ def scipy_linalg() -> Any:
     return jax.scipy.linalg
 
 
-def check_inputs(
-    ctx: Any, core: Sequence[int], *, complex_ok: bool = False, symbolic_ok: bool = False
-) -> None:
-    """Refuse, unless ``symbolic_ok``, symbolic matrix dims (``core[i]`` trailing dims of
-    input i) and, unless ``complex_ok``, complex inputs."""
-    for i, (aval, ndim) in enumerate(zip(ctx.avals_in, core)):
-        if not complex_ok and np.issubdtype(aval.dtype, np.complexfloating):
+def refuse_complex(ctx: Any) -> None:
+    """Refuse complex inputs, for the lowerings that take real matrices only."""
+    for aval in ctx.avals_in:
+        if np.issubdtype(aval.dtype, np.complexfloating):
             raise ctx.error(
                 f"complex input {aval.str_short()} is not supported: ONNX Runtime has no "
                 "complex tensor type. Keep complex numbers out of the exported function, e.g. "
                 "solve the real 2n x 2n system [[Re A, -Im A], [Im A, Re A]] instead."
-            )
-        dims = aval.shape[aval.ndim - ndim :]
-        if not symbolic_ok and any(is_symbolic(d) for d in dims):
-            raise ctx.error(
-                f"input {i} ({aval.str_short()}) has symbolic matrix dimensions {dims}: this "
-                "lowering needs static matrix sizes (only leading batch dimensions may be "
-                "symbolic). Export with concrete matrix sizes."
             )
 
 
@@ -172,7 +162,6 @@ def cholesky(ctx, x, **_):
     The strict upper triangle passes through and a failed factorization is NaN,
     as JAX's CPU result; complex matrices are factored as ``l l^H``.
     """
-    check_inputs(ctx, [2], complex_ok=True, symbolic_ok=True)
     return ctx.decompose(_linalg.cholesky, x)
 
 
@@ -252,7 +241,6 @@ def triangular_solve(ctx, a, b, **params):
     ``conjugate_a`` conjugates a complex ``a`` (nothing for real ones). The
     untouched triangle (and the diagonal with ``unit_diagonal``) is masked, never read.
     """
-    check_inputs(ctx, [2, 2], complex_ok=True, symbolic_ok=True)
     return ctx.decompose(_linalg.triangular_solve, a, b, **params)
 
 
@@ -343,7 +331,6 @@ def lu(ctx, x, **_):
     """Decomposed: right-looking LU with partial pivoting (ArgMax of the column
     magnitudes picks the pivot, Gather/Where swap rows, one rank-one update per step).
     Complex pivots are chosen by ``|Re| + |Im|``, as LAPACK's zgetrf."""
-    check_inputs(ctx, [2], complex_ok=True, symbolic_ok=True)
     return ctx.decompose(_linalg.lu, x)
 
 
@@ -381,7 +368,7 @@ def lu(ctx, x, **_):
 )
 def lu_pivots_to_permutation(ctx, pivots, *, permutation_size):
     """Decomposed: the row swaps applied in order to ``arange`` (Gather/Where per swap)."""
-    check_inputs(ctx, [1], symbolic_ok=True)
+    refuse_complex(ctx)
     return ctx.decompose(_linalg.pivots_to_permutation, pivots, permutation_size=permutation_size)
 
 
@@ -444,7 +431,7 @@ def custom_linear_solve(ctx, *args, const_lengths, jaxprs):
 )
 def symmetric_product(ctx, a, c, *, alpha, beta, **_):
     """Decomposed: ``alpha * a @ a^T + beta * c`` (MatMul), the whole matrix as JAX's CPU."""
-    check_inputs(ctx, [2, 2], symbolic_ok=True)
+    refuse_complex(ctx)
 
     def fn(a, c):
         product = jnp.einsum("...ij,...kj->...ik", a, a)
@@ -481,7 +468,7 @@ def symmetric_product(ctx, a, c, *, alpha, beta, **_):
 )
 def cholesky_update(ctx, r, w, **_):
     """Decomposed: one Givens rotation of row ``k`` against ``w`` per step (whole rows)."""
-    check_inputs(ctx, [2, 1], symbolic_ok=True)
+    refuse_complex(ctx)
     return ctx.decompose(_linalg.cholesky_update, r, w)
 
 
@@ -527,6 +514,21 @@ def _dominant(dl, d, du, b, **params):
             input_range=(-1.0, 1.0),
             expect=["Loop"],
         ),
+        case(  # a symbolic system size: two Loops of N - 1 steps, run at N = 1 (no step) to 7
+            "linalg_tridiagonal_solve_symbolic",
+            _dominant,
+            [("B", "N"), ("B", "N"), ("B", "N"), ("B", "N", 2)],
+            input_range=(-1.0, 1.0),
+            dim_sizes={"B": (2, 1, 3, 2), "N": (5, 1, 2, 7)},
+            no_unused_inputs=False,  # at N = 1, dl[0] and du[-1] are all there is
+        ),
+        case(
+            "linalg_tridiagonal_solve_perturb_symbolic",
+            lambda *xs: lax_linalg.tridiagonal_solve(*xs, perturb_singular=True),
+            [("N",), ("N",), ("N",), ("N", 1)],
+            input_range=(-1.0, 1.0),
+            dim_sizes={"N": (4, 3, 6)},
+        ),
         case(
             "linalg_tridiagonal_solve_1x1",
             _dominant,
@@ -552,7 +554,7 @@ def _dominant(dl, d, du, b, **params):
 def tridiagonal_solve(ctx, dl, d, du, b, *, perturb_singular=False):
     """Decomposed: LAPACK gtsv's elimination with partial pivoting, then back
     substitution, each a scan over the rows (unrolled up to 16 rows)."""
-    check_inputs(ctx, [1, 1, 1, 2])
+    refuse_complex(ctx)
     return ctx.decompose(_linalg.tridiagonal_solve, dl, d, du, b, perturb_singular=perturb_singular)
 
 

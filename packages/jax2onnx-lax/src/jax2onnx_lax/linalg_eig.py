@@ -35,9 +35,10 @@ projectors ``v_i v_i^H``, ``abs(v)``).
 Matrix dimensions may be symbolic: the rounds of a sweep then run in an ONNX
 ``Loop`` and each round's pairs come from a formula (the round-robin schedule
 is a constant table for static sizes); an odd size gets its zero row and
-column from the shape. ``svd`` must know which dimension is the larger (it
-picks the tall or the wide algorithm), so it refuses ``M x N`` with unrelated
-symbols; a square ``N x N`` or ``(N + 2) x N`` converts.
+column from the shape. ``svd`` of dimensions that compare (``N x N``,
+``(N + 2) x N``) takes the tall or the wide path as for static sizes; with
+unrelated symbols (``M x N``) a select on ``M < N`` picks ``a`` or ``a^H`` at
+run time, fitted to ``max x min``, and one tall path serves both orientations.
 
 ``eigh`` with ``subset_by_index=(lo, hi)`` computes every eigenpair and keeps
 the ``lo``-th to ``hi - 1``-th smallest (JAX's CPU backend does not implement
@@ -47,14 +48,14 @@ the subset itself; ``tests/test_eigh_subset.py`` checks it against the full
 
 from __future__ import annotations
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 from jax.lax import linalg as lax_linalg
 
 from jax2onnx.plugin import Family, case
 from jax2onnx_lax import _linalg_orth
-from jax2onnx_lax.linalg import check_inputs, complex_case
+from jax2onnx_lax._linalg import dim_min
+from jax2onnx_lax.linalg import complex_case
 
 family = Family("lax")
 
@@ -140,7 +141,6 @@ def eigh(ctx, x, *, lower, subset_by_index=None, **_):
     triangle, sweeps in a while loop, eigenvalues sorted ascending (TopK). A
     ``subset_by_index=(lo, hi)`` slices eigenpairs ``lo .. hi - 1`` of all of them.
     Hermitian matrices take unitary rotations."""
-    check_inputs(ctx, [2], complex_ok=True, symbolic_ok=True)
     everything = (0, ctx.avals_in[0].shape[-1])
     if subset_by_index is None or tuple(subset_by_index) == everything:
         return ctx.decompose(_linalg_orth.eigh, x, lower=lower)
@@ -193,6 +193,19 @@ def _svd_abs(x):
             [("N + 2", "N")],
         ),
         case("jnp_linalg_pinv_wide_symbolic", jnp.linalg.pinv, [("N", "N + 1")]),
+        case(  # unrelated M and N: the orientation chosen at run time, tall, wide and square
+            "jnp_linalg_svd_either_symbolic",
+            _svd_parts(False),
+            [("B", "M", "N")],
+            dim_sizes={"B": (2, 1, 2, 1, 3), "M": (5, 3, 4, 1, 6), "N": (3, 5, 4, 6, 1)},
+        ),
+        case(
+            "jnp_linalg_svd_either_full_symbolic",
+            _svd_parts(True),
+            [("M", "N")],
+            dim_sizes={"M": (3, 5, 2, 4), "N": (5, 3, 2, 1)},
+        ),
+        case("jnp_linalg_svd_either_abs_symbolic", _svd_abs, [("M", "N")]),
         case("jnp_linalg_pinv", jnp.linalg.pinv, [("B", 4, 3)]),
         case("jnp_linalg_pinv_wide", jnp.linalg.pinv, [(2, 5)]),
         case(
@@ -219,25 +232,21 @@ def _svd_abs(x):
         ),
         complex_case("jnp_linalg_pinv_complex", jnp.linalg.pinv, [(4, 3)]),
         complex_case("jnp_linalg_svd_complex_symbolic", _svd_parts(False), [("N", "N")]),
+        complex_case(
+            "jnp_linalg_svd_complex_either_symbolic",
+            _svd_parts(True),
+            [("M", "N")],
+            dim_sizes={"M": (4, 2, 3), "N": (2, 3, 3)},
+        ),
     ],
 )
 def svd(ctx, x, *, full_matrices, compute_uv, subset_by_index=None, **_):
     """Decomposed: one-sided Jacobi (after a Householder QR when tall; a wide matrix
     as its conjugate transpose), singular values sorted descending (TopK). Complex
     matrices take unitary rotations."""
-    check_inputs(ctx, [2], complex_ok=True, symbolic_ok=True)
     aval = ctx.avals_in[0]
     m, n = aval.shape[-2:]
-    try:
-        tall = m >= n  # the algorithm takes the tall or the wide path
-    except jax.errors.InconclusiveDimensionOperation:
-        raise ctx.error(
-            f"input {aval.str_short()} has symbolic matrix dimensions {(m, n)} of which "
-            "neither is known to be the larger: the SVD lowering picks its algorithm by "
-            "shape. Export a square matrix (the same symbol for both dimensions), "
-            "dimensions that compare (e.g. 'N + 2' rows and 'N' columns) or concrete sizes."
-        ) from None
-    everything = (0, n if tall else m)
+    everything = (0, dim_min(m, n))
     if subset_by_index is not None and tuple(subset_by_index) != everything:
         raise ctx.error(
             f"subset_by_index={subset_by_index} is not supported (JAX's CPU backend does not "

@@ -60,7 +60,7 @@ from jax.lax import linalg as lax_linalg
 from jax2onnx.plugin import Family, case, is_symbolic
 from jax2onnx_lax import _linalg_real_schur, _linalg_schur
 from jax2onnx_lax._linalg import eye_mask, tril_mask
-from jax2onnx_lax.linalg import check_inputs, scipy_linalg
+from jax2onnx_lax.linalg import scipy_linalg
 
 family = Family("lax")
 
@@ -195,7 +195,6 @@ def eig(ctx, x, *, compute_left_eigenvectors, compute_right_eigenvectors, **_):
     """Decomposed: complex Schur form by Hessenberg reduction and shifted QR (a
     ``while_loop``), eigenvectors by substitution on the triangular factor, LAPACK's
     normalisation (``_linalg_schur.eig``). A real input is converted to complex first."""
-    check_inputs(ctx, [2], complex_ok=True, symbolic_ok=True)
     dtype = ctx.avals_out[0].dtype
 
     def fn(a):
@@ -375,7 +374,6 @@ def schur(ctx, x, *, compute_schur_vectors, sort_eig_vals=False, select_callable
     single-shift in complex arithmetic for a complex matrix (``_linalg_schur``),
     Francis double-shift in real arithmetic with standardised 2x2 blocks for a real
     one (``_linalg_real_schur``)."""
-    check_inputs(ctx, [2], complex_ok=True, symbolic_ok=True)
     if sort_eig_vals or select_callable is not None:
         raise ctx.error(
             "schur with sort_eig_vals/select_callable is not supported: compute the "
@@ -417,7 +415,6 @@ def schur(ctx, x, *, compute_schur_vectors, sort_eig_vals=False, select_callable
 def hessenberg(ctx, x):
     """Decomposed: LAPACK gehd2's Householder reduction step for step (masked
     rank-one updates), reflectors packed below the subdiagonal with their ``taus``."""
-    check_inputs(ctx, [2], complex_ok=True, symbolic_ok=True)
     return ctx.decompose(_linalg_schur.gehrd, x)
 
 
@@ -451,7 +448,6 @@ def _tridiagonal(lower):
 def tridiagonal(ctx, x, *, lower):
     """Decomposed: LAPACK sytd2/hetd2 step for step (one reflector and a Hermitian
     rank-two update per column); the upper form as the lower one of the reversed matrix."""
-    check_inputs(ctx, [2], complex_ok=True, symbolic_ok=True)
     return ctx.decompose(_linalg_schur.sytrd, x, lower=lower)
 
 

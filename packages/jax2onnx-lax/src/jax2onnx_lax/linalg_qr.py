@@ -25,7 +25,7 @@ from jax.lax import linalg as lax_linalg
 
 from jax2onnx.plugin import Family, case
 from jax2onnx_lax import _linalg_orth
-from jax2onnx_lax.linalg import check_inputs, complex_case, scipy_linalg
+from jax2onnx_lax.linalg import complex_case, scipy_linalg
 
 family = Family("lax")
 
@@ -95,7 +95,6 @@ def _qr(mode):
 def qr(ctx, x, *, full_matrices, pivoting=False, **_):
     """Decomposed: Householder QR (geqrf, or geqp3 when pivoting), the Householder
     product for ``q`` and the upper triangle for ``r``, as JAX's own expansion."""
-    check_inputs(ctx, [2], complex_ok=True, symbolic_ok=True)
     return ctx.decompose(_linalg_orth.qr, x, full_matrices=full_matrices, pivoting=pivoting)
 
 
@@ -118,7 +117,6 @@ def qr(ctx, x, *, full_matrices, pivoting=False, **_):
 def geqrf(ctx, x, **_):
     """Decomposed: Householder QR in LAPACK's packed form (reflectors below the
     diagonal, ``r`` on and above it, ``taus``)."""
-    check_inputs(ctx, [2], complex_ok=True, symbolic_ok=True)
     return ctx.decompose(_linalg_orth.geqrf, x)
 
 
@@ -152,7 +150,6 @@ def _geqp3(x, jpvt):
 def geqp3(ctx, x, jpvt, **_):
     """Decomposed: Householder QR with column pivoting, LAPACK's geqp3 (1-based ``jpvt``;
     nonzero entries of the ``jpvt`` operand mark columns factored first, unpivoted)."""
-    check_inputs(ctx, [2, 1], complex_ok=True, symbolic_ok=True)
     return ctx.decompose(_linalg_orth.geqp3, x, jpvt)
 
 
@@ -188,7 +185,6 @@ def _ormqr(left, transpose):
 )
 def householder_product(ctx, a, taus, **_):
     """Decomposed: ``H_0 ... H_{k-1}`` accumulated backwards from the identity (as orgqr)."""
-    check_inputs(ctx, [2, 1], complex_ok=True, symbolic_ok=True)
     return ctx.decompose(_linalg_orth.householder_product, a, taus)
 
 
@@ -220,7 +216,6 @@ def householder_product(ctx, a, taus, **_):
 def ormqr(ctx, a, taus, c, *, left, transpose, **_):
     """Decomposed: the reflectors applied to ``c`` one at a time, in the order the
     product ``Q`` (or ``Q^T``) needs, never forming ``Q``."""
-    check_inputs(ctx, [2, 1, 2], complex_ok=True, symbolic_ok=True)
     return ctx.decompose(_linalg_orth.ormqr, a, taus, c, left=left, transpose=transpose)
 
 
