@@ -261,6 +261,14 @@ class LoweringContext:
             shown = "(" + ", ".join(str(d) for d in dims) + ")"
             raise self.error(f"cannot compute shape {shown} as an ONNX value: {err}") from err
 
+    def arange(self, d: Any) -> ir.Value:
+        """``0, 1, ..., d - 1`` as a 1-D int64 value: a constant for a static ``d``, else a
+        ``Range`` to the dimension computed from the graph's inputs (positions, masks)."""
+        if not is_symbolic(d):
+            return self.i64(np.arange(int(d)))
+        stop = self.op.Squeeze(self.dim(d), self.i64([0]))
+        return self.op.Range(self.i64(0), stop, self.i64(1))
+
     def reshape(self, x: ir.Value, sizes: Sequence[Any]) -> ir.Value:
         """``x`` reshaped to ``sizes`` (ints or symbolic dimensions, no -1).
 

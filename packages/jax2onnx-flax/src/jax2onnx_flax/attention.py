@@ -28,7 +28,8 @@ Lowering of the attention core, shared by both primitives:
   where flax and JAX give a uniform row. ``is_causal`` with a mask or bias
   folds the causal triangle into the mask (JAX and flax mask the union where
   ONNX adds, and ONNX Runtime cannot build a float64 Attention with
-  ``is_causal`` and a float mask). Masks are expanded to ``(.., q_len,
+  ``is_causal`` and a float mask); that triangle is computed from the
+  lengths (two ``Range``) when they are symbolic. Masks are expanded to ``(.., q_len,
   kv_len)``: ONNX Runtime broadcasts neither length. Flax's path divides
   ``query`` by ``sqrt(depth)`` itself and passes ``scale=1`` (ONNX Runtime
   scales Q and K by a float32 ``sqrt(scale)`` each: 1e-7 off in float64).
@@ -240,22 +241,24 @@ def _to_4d(ctx, value, shape, g: _Geometry):
     return ctx.op.Reshape(value, ctx.shape([1 if ones else -1, h, g.t_len, g.s_len]))
 
 
-def _causal(g: _Geometry):
-    return np.tril(np.ones((int(g.t_len), int(g.s_len)), bool))
+def _causal(ctx, g: _Geometry):
+    """The ``(1, 1, T, S)`` lower triangle (key ``j`` visible from query ``i`` when
+    ``j <= i``): a constant for static lengths, else ``Range``s of the lengths compared."""
+    if not (is_symbolic(g.t_len) or is_symbolic(g.s_len)):
+        return ctx.const(np.tril(np.ones((int(g.t_len), int(g.s_len)), bool))[None, None])
+    rows = ctx.op.Unsqueeze(ctx.arange(g.t_len), ctx.i64([0, 1, 3]))
+    return ctx.op.GreaterOrEqual(rows, ctx.op.Unsqueeze(ctx.arange(g.s_len), ctx.i64([0, 1, 2])))
 
 
 def _core(ctx, q3, k3, v3, bias4, mask4, g: _Geometry, is_causal, *, flax_softmax):
     """Attention over ``(B, T, heads*head)`` operands, ``(B, T, heads*v_head)`` result."""
     dtype = np.dtype(ctx.avals_in[0].dtype)
-    static_lengths = not (is_symbolic(g.t_len) or is_symbolic(g.s_len))
     # JAX and flax mask the union of mask and causal triangle (ONNX adds them), and ONNX
     # Runtime cannot build a float64 Attention with is_causal and a float attn_mask
     fold_causal = is_causal and (mask4 is not None or bias4 is not None)
-    if fold_causal and not static_lengths:
-        raise ctx.error("a mask or bias with is_causal needs static sequence lengths")
     if fold_causal:
-        tril = _causal(g)
-        mask4 = ctx.const(tril[None, None]) if mask4 is None else ctx.op.And(mask4, tril)
+        tril = _causal(ctx, g)
+        mask4 = tril if mask4 is None else ctx.op.And(mask4, tril)
     # JAX's fill, capped to float32 range since JAX's softmax runs in float32
     big = -0.7 * float(jnp.finfo(dtype if flax_softmax or dtype.itemsize <= 4 else F32).max)
     # JAX's softmax (and bfloat16/float16 logits) run in float32: Attention in float32,
@@ -296,12 +299,9 @@ def _decomposed(ctx, q3, k3, v3, bias4, mask4, g, is_causal, flax_softmax, dtype
         logits = ctx.op.Add(logits, bias4)
     keep = mask4
     if is_causal:
-        if is_symbolic(g.t_len) or is_symbolic(g.s_len):
-            raise ctx.error("is_causal below opset 23 needs static sequence lengths")
-        keep = _causal(g) if keep is None else ctx.op.And(keep, _causal(g))
+        keep = _causal(ctx, g) if keep is None else ctx.op.And(keep, _causal(ctx, g))
     if keep is not None:
         fill = jnp.finfo(dtype).min if flax_softmax else big
-        keep = ctx.const(keep) if isinstance(keep, np.ndarray) else keep
         logits = ctx.op.Where(keep, logits, np.asarray(fill, dtype))
     if flax_softmax or dtype == F32:
         probs = ctx.op.Softmax(logits, axis=-1)

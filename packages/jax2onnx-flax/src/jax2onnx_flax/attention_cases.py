@@ -90,6 +90,13 @@ family.add_cases(
             options=_CAUSAL,
             counts={"Attention": 1},
         ),
+        _dpa(  # query and key lengths symbolic and unequal: the triangle from two Ranges
+            "nnx_dpa_dropout_bias_causal_symbolic",
+            [(2, "T", 4, 8), (2, "S", 4, 8), (2, "S", 4, 8), (1, 4, "T", "S")],
+            options=_CAUSAL,
+            dim_sizes={"T": (5, 1, 7, 4), "S": (6, 3, 7, 2)},
+            counts={"Attention": 1},
+        ),
         _dpa(  # flax's causal path needs the mask's full (T, S)
             "nnx_dpa_dropout_mask_causal",
             [*_GQA, (2, 1, 5, 6)],
@@ -217,6 +224,24 @@ family.add_cases(
             lambda m, x: m(x, is_causal=True),
             expect=[_MHA_GRAPH],
             counts={**_ONE, "Where": 0},
+        ),
+        _mha(  # the causal triangle of run-time lengths, with a mask (folded into it)
+            "mha_is_causal_mask_symbolic",
+            [("B", "T", 16), ("B", 1, "T", "T")],
+            lambda m, x, k: m(x, mask=k, is_causal=True),
+            dtypes=[None, np.bool_],
+            dim_sizes={"B": (2, 1, 3), "T": (6, 1, 9)},
+            expect=["And -> Where -> Attention"],
+            counts=_ONE,
+        ),
+        _mha(
+            "mha_is_causal_opset21_symbolic",
+            [("B", "T", 16)],
+            lambda m, x: m(x, is_causal=True),
+            dim_sizes={"B": (2, 1, 3), "T": (6, 1, 9)},
+            opset=21,
+            expect=["Where -> Softmax"],
+            counts={"Attention": 0, "Softmax": 1},
         ),
         _mha(
             "mha_normalize_qk",

@@ -191,6 +191,27 @@ family.add_cases(
 
 
 family.add_cases(
+    lax.reduce_window_max_p,
+    lambda: [
+        case(  # H = 1 and W = 1 are shorter than the window: no outputs, as in JAX
+            "max_pool_valid_short_axes_symbolic",
+            lambda x: lax.reduce_window(x, -jnp.inf, lax.max, (1, 2, 2, 1), (1, 2, 2, 1), "VALID"),
+            [("B", "H", "W", 3)],
+            dim_sizes={"B": (2, 2, 1, 3), "H": (5, 1, 4, 7), "W": (4, 3, 1, 6)},
+            expect=["MaxPool"],
+        ),
+        case(  # int32: the general form (strided Slices), whose ends stay at 0 or more
+            "max_pool_valid_short_axes_int_symbolic",
+            lambda x: lax.reduce_window(x, -(2**31), lax.max, (1, 2, 1), (1, 2, 1), "VALID"),
+            [("B", "T", 3)],
+            dtypes=[np.int32],
+            dim_sizes={"B": (2, 2, 1), "T": (7, 1, 4)},
+        ),
+    ],
+)
+
+
+family.add_cases(
     lax.reduce_window_sum_p,
     lambda: [
         case(

@@ -6,7 +6,9 @@ operand element each window picks, as XLA selects it; the JVP gathers the
 tangent there, the VJP scatter-adds the cotangent there: ScatterElements
 (reduction="add") from opset 16, below it one Pad and Add per window offset
 (ScatterElements has no reduction before 16). Both add each element's sources
-in XLA's window order, so float results are exact.
+in XLA's window order, so float results are exact. Symbolic sizes along the
+windowed axes (pools over images of any size, SAME padding computed from
+them) take the Pad-and-Add form at every opset.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from jax2onnx_lax.windows import (
     max_pool,
     min_pool,
     pad,
+    pad_computed,
     strided_slice,
     window_end,
 )
@@ -47,6 +50,28 @@ def _window_slices(ctx, shape, out_shape, windows, strides, dilations):
             return strided_slice(ctx, x, starts, ends, axes, steps) if axes else x
 
         yield n, ks, take
+
+
+def _symbolic(*dims) -> bool:
+    return any(is_symbolic(d) for d in dims)
+
+
+def _pad(ctx, x, shape, padding, fill):
+    """:func:`pad`, or one ``Pad`` of computed amounts when they depend on symbolic sizes
+    (``"SAME"`` pools with a stride: XLA's padding, never negative)."""
+    if _symbolic(*(d for pair in padding for d in pair)):
+        return pad_computed(ctx, x, shape, padding, fill)
+    return pad(ctx, x, shape, [(int(lo), int(hi)) for lo, hi in padding], fill)
+
+
+def _unpad(ctx, y, pshape, padding, fill):
+    """The operand's part of the padded ``y`` (``padding`` undone)."""
+    if not _symbolic(*(d for pair in padding for d in pair)):
+        return pad(ctx, y, pshape, [(-int(lo), -int(hi)) for lo, hi in padding], fill)[0]
+    axes = list(range(len(pshape)))
+    starts = [lo for lo, _ in padding]
+    ends = [d - hi for d, (_, hi) in zip(pshape, padding, strict=True)]
+    return ctx.op.Slice(y, ctx.shape(starts), ctx.shape(ends), ctx.i64(axes))
 
 
 def _keep(ctx, select_prim):
@@ -86,9 +111,9 @@ def select_and_gather_add(
     shape = list(ctx.avals_in[1].shape)
     out_shape = list(ctx.avals_out[0].shape)
     v, pshape = dilate(ctx, operand, shape, base_dilation, fill)
-    v, pshape = pad(ctx, v, pshape, padding, fill)
+    v, pshape = _pad(ctx, v, pshape, padding, fill)
     t, tshape = dilate(ctx, tangents, shape, base_dilation, zero)
-    t, _ = pad(ctx, t, tshape, padding, zero)
+    t, _ = _pad(ctx, t, tshape, padding, zero)
     best_v, best_t = ctx.const(fill), ctx.const(zero)
     for _, _, take in _window_slices(
         ctx, pshape, out_shape, window_dimensions, window_strides, window_dilation
@@ -110,13 +135,8 @@ def _selection(ctx, operand, select_prim, windows, strides, padding):
     fill = _select_fill(select_prim, ctx.avals_in[1].dtype)
     shape = list(ctx.avals_in[1].shape)
     out_shape = list(ctx.avals_in[0].shape)
-    v, pshape = pad(ctx, operand, shape, padding, fill)
+    v, pshape = _pad(ctx, operand, shape, padding, fill)
     axes = [a for a in range(len(shape)) if windows[a] > 1 or strides[a] > 1]
-    if any(is_symbolic(pshape[a]) or is_symbolic(out_shape[a]) for a in axes):
-        raise ctx.error(
-            "select_and_scatter_add needs static sizes along the windowed axes; make those "
-            "dimensions concrete (only the others may be symbolic)"
-        )
     best = index = None
     offsets = []
     for n, ks, take in _window_slices(ctx, pshape, out_shape, windows, strides, [1] * len(shape)):
@@ -138,8 +158,21 @@ def select_and_scatter_add(
     The selection (see ``_selection``) gives each window's offset; the offset
     becomes a flat index into the padded windowed axes (moved last and
     flattened), and ScatterElements(reduction="add") adds the source there, in
-    window order. Padding is sliced off the result.
+    window order. Padding is sliced off the result. Symbolic sizes along the
+    windowed axes take the by-offset form, whose pads the graph computes.
     """
+    windowed = [a for a, (w, s) in enumerate(zip(window_dimensions, window_strides)) if w * s > 1]
+    sizes = [ctx.avals_in[i].shape[a] for i in (0, 1) for a in windowed]
+    if _symbolic(*sizes, *(d for pair in padding for d in pair)):
+        return select_and_scatter_add_by_offset(
+            ctx,
+            source,
+            operand,
+            select_prim=select_prim,
+            window_dimensions=window_dimensions,
+            window_strides=window_strides,
+            padding=padding,
+        )
     dtype = ctx.avals_in[1].dtype
     strides = window_strides
     padding = [(int(lo), int(hi)) for lo, hi in padding]
@@ -188,7 +221,6 @@ def select_and_scatter_add_by_offset(
     """
     dtype = ctx.avals_in[1].dtype
     zero = np.asarray(0, dtype)
-    padding = [(int(lo), int(hi)) for lo, hi in padding]
     index, pshape, offsets, axes = _selection(
         ctx, operand, select_prim, window_dimensions, window_strides, padding
     )
@@ -201,14 +233,12 @@ def select_and_scatter_add_by_offset(
         for a, k in zip(axes, offsets[n]):
             before[a] = k
         after = [
-            0 if a not in axes else int(pshape[a] - dshape[a]) - before[a]
-            for a in range(len(pshape))
+            0 if a not in axes else pshape[a] - dshape[a] - before[a] for a in range(len(pshape))
         ]
         part = ctx.where(ctx.op.Equal(index, np.int64(n)), source, zero, dtype)
-        part = ctx.op.Pad(part, ctx.i64(before + after), zero)
+        part = ctx.op.Pad(part, ctx.shape(before + after), zero)
         y = ctx.op.Add(part, zero) if y is None else ctx.op.Add(y, part)  # 0 + x: -0 is +0
-    y, _ = pad(ctx, y, pshape, [(-lo, -hi) for lo, hi in padding], zero)
-    return y
+    return _unpad(ctx, y, pshape, padding, zero)
 
 
 def _max_pool_grad(pool=max_pool):
@@ -229,6 +259,9 @@ def _weighted_grad(x, w):
     return jax.vjp(pool, x)[1](w)[0]
 
 
+# symbolic image sizes: the static variant at 6 x 6, then odd, even and 1
+_BHW = ("B", "H", "W", 3)
+_SIZES = {"B": (2, 1, 2, 3), "H": (6, 7, 4, 1), "W": (6, 5, 8, 3)}
 _RNG = np.random.default_rng(7)
 _TIED = _RNG.integers(0, 3, (9, 7)).astype(np.float64)
 _WEIGHTS = _RNG.standard_normal((9, 4)) * 10.0 ** _RNG.uniform(-3, 3, (9, 4))
@@ -257,6 +290,13 @@ family.lowering(
         case("opset13_min_pool_grad", _max_pool_grad(min_pool), [NHWC], opset=13),
         case("opset13_max_pool_grad_edges", _max_pool_grad(_pool_1d), [EDGES], opset=13),
         case("opset13_sum_order", _weighted_grad, opset=13, **_SUM_ORDER),
+        case(
+            "opset13_max_pool_grad_symbolic",
+            _max_pool_grad(),
+            [_BHW],
+            opset=13,
+            dim_sizes=_SIZES,
+        ),
     ],
 )(select_and_scatter_add_by_offset)
 
@@ -274,6 +314,15 @@ family.lowering(
         case("max_pool_grad_1d", _max_pool_grad(_pool_1d), [(8,)]),
         case("max_pool_grad_edges", _max_pool_grad(_pool_1d), [EDGES]),
         case("sum_order", _weighted_grad, **_SUM_ORDER),
+        # images of any size: SAME padding computed from H and W (odd and even), by offset
+        case("max_pool_grad_symbolic", _max_pool_grad(), [_BHW], dim_sizes=_SIZES),
+        case(
+            "max_pool_grad_valid_symbolic",
+            _max_pool_grad(lambda y: max_pool(y, window=(1, 2, 2, 1), padding="VALID")),
+            [_BHW],
+            dim_sizes=_SIZES,
+        ),
+        case("min_pool_grad_symbolic", _max_pool_grad(min_pool), [_BHW], dim_sizes=_SIZES),
     ],
 )(select_and_scatter_add)
 
@@ -288,6 +337,7 @@ family.lowering(
             [TIES[None, :, :, None], TIES[None, :, :, None] + 10.0],
         ),
         case("jvp_edges", _jvp(_pool_1d), [EDGES, np.arange(10.0)]),
+        case("max_pool_jvp_symbolic", _jvp(max_pool), [_BHW, _BHW], dim_sizes=_SIZES),
         case(
             "jvp_dilated",
             _jvp(

@@ -70,10 +70,13 @@ def dilate(ctx, x, shape, dilation, fill):
         pads = [0] * (2 * (len(shape) + 1))
         pads[len(shape) + 1 + a + 1] = d - 1
         y = ctx.op.Pad(y, ctx.i64(pads), fill)
-        y = ctx.op.Reshape(y, ctx.shape([0] * a + [-1] + shape[a + 1 :]))
-        x = strided_slice(ctx, y, [0], [-(d - 1)], [a])
         n = shape[a]
-        shape[a] = 0 if not is_symbolic(n) and n == 0 else (n - 1) * d + 1
+        y = ctx.reshape(y, [*shape[:a], n * d, *shape[a + 1 :]])  # sizes, as n may be 0
+        x = strided_slice(ctx, y, [0], [-(d - 1)], [a])
+        if not is_symbolic(n):
+            shape[a] = 0 if n == 0 else (n - 1) * d + 1
+        else:  # n may be 0 at run time (no windows): the size is then 0, not 1 - d
+            shape[a] = (n - 1) * d + 1 if provably_positive(n) else ((n - 1) * d + 1).max(0)
     return x, shape
 
 
@@ -107,6 +110,11 @@ def pad_computed(ctx, x, shape, padding, fill):
     return x, [d + lo + hi for d, (lo, hi) in zip(shape, padding, strict=True)]
 
 
+def provably_positive(d) -> bool:
+    """Whether JAX can prove ``d >= 1`` for every size its dimensions can take."""
+    return provably_nonnegative(d - 1)
+
+
 def provably_nonnegative(d) -> bool:
     """Whether JAX can prove ``d >= 0`` for every size its dimensions can take."""
     if not is_symbolic(d):
@@ -118,10 +126,21 @@ def provably_nonnegative(d) -> bool:
 
 
 def window_end(k, wd, s, o):
-    """End of the strided Slice taking window offset ``k`` for ``o`` outputs."""
-    if not is_symbolic(o) and o == 0:
-        return k * wd
-    return k * wd + (o - 1) * s + 1
+    """End of the strided Slice taking window offset ``k`` for ``o`` outputs.
+
+    No outputs is an empty slice: a symbolic ``o`` that is 0 at run time (an
+    axis shorter than the window) would give a negative end, which ONNX's
+    ``Slice`` counts from the back, so the end is kept at 0 or more.
+    """
+    if not is_symbolic(o):
+        return k * wd if o == 0 else k * wd + (o - 1) * s + 1
+    end = k * wd + (o - 1) * s + 1
+    try:
+        if end >= 0:
+            return end
+    except Exception:  # InconclusiveDimensionOperation: 0 outputs may happen
+        pass
+    return end.max(0)
 
 
 def _general(ctx, x, kind, out_shape, windows, strides, dilations):
@@ -227,11 +246,28 @@ def _pool(ctx, x, kind, dtype, shape, out_shape, windows, strides, dilations, pa
     if any(p >= k for p, k in zip(attrs.get("pads", ()), kernel + kernel)):
         return None  # MaxPool takes pads smaller than the kernel only
     if np.issubdtype(dtype, np.integer):
-        return layout.leave(ctx.op.MaxPool(layout.enter(x), **attrs), out_shape)
-    if kind == "min":  # min(x) = -max(-x), exact in floating point
-        y = nan_exact_max_pool(ctx, layout.enter(ctx.op.Neg(x)), dtype, **attrs)
-        return layout.leave(ctx.op.Neg(y), out_shape)
-    return layout.leave(nan_exact_max_pool(ctx, layout.enter(x), dtype, **attrs), out_shape)
+        y = ctx.op.MaxPool(layout.enter(x), **attrs)
+    elif kind == "min":  # min(x) = -max(-x), exact in floating point
+        y = ctx.op.Neg(nan_exact_max_pool(ctx, layout.enter(ctx.op.Neg(x)), dtype, **attrs))
+    else:
+        y = nan_exact_max_pool(ctx, layout.enter(x), dtype, **attrs)
+    return _no_output_when_shorter(ctx, layout.leave(y, out_shape), out_shape, axes)
+
+
+def _no_output_when_shorter(ctx, y, out_shape, axes):
+    """``y`` cut to ``out_shape`` along windowed axes whose symbolic size may be 0.
+
+    An axis shorter than the window has no outputs in JAX; ONNX Runtime's
+    MaxPool rounds that size up to one window. A Slice to the computed sizes
+    (floored as JAX does) gives the empty result; axes JAX knows to have at
+    least one output need none.
+    """
+    cut = [a for a in axes if is_symbolic(out_shape[a]) and not provably_positive(out_shape[a])]
+    if not cut:
+        return y
+    starts = ctx.i64([0] * len(cut))
+    ends = ctx.shape([out_shape[a] for a in cut])
+    return ctx.op.Slice(y, starts, ends, ctx.i64(cut))
 
 
 def _reduce(ctx, x, kind, params, init=None):

@@ -7,8 +7,9 @@ boolean ``mask`` become one float ``attn_mask``: ``bias + Where(mask, 0, big)``
 with JAX's large negative number ``big`` (finite, so a fully masked row is
 uniform, as in JAX, not zero as ONNX's ``-inf`` would give); that mask is float32,
 as JAX's logits are for bfloat16/float16 operands too. Float64 (JAX runs
-the softmax in float32), ``local_window_size`` and symbolic sequence lengths
-with both ``mask`` and ``is_causal`` inline JAX's decomposition.
+the softmax in float32) and ``local_window_size`` inline JAX's decomposition.
+``mask`` with ``is_causal`` takes the causal triangle into the mask (computed
+from the lengths when they are symbolic).
 
 Batching is explicit (the vmapped axis merges into the batch axis, so one
 ``Attention`` remains); the JVP is JAX's derivative of the original function.
@@ -124,6 +125,14 @@ _MASK_ROW = np.ones((1, 1, 5, 6), bool)
 _MASK_ROW[0, 0, 2] = False  # a fully masked row: uniform in JAX
 
 
+def _triangle(ctx, t_len, s_len):
+    """``(T, S)``: key ``j`` visible from query ``i`` when ``j <= i``; a constant when static."""
+    if not (is_symbolic(t_len) or is_symbolic(s_len)):
+        return np.tril(np.ones((int(t_len), int(s_len)), bool))
+    rows = ctx.op.Unsqueeze(ctx.arange(t_len), ctx.i64([1]))
+    return ctx.op.GreaterOrEqual(rows, ctx.arange(s_len))
+
+
 @family.lowering(
     attention_p,
     min_opset=23,
@@ -175,6 +184,15 @@ _MASK_ROW[0, 0, 2] = False  # a fully masked row: uniform in JAX
             [(2, 5, 4, 8), (2, 6, 4, 8), (2, 6, 4, 8)],
             counts={"Attention": 1},
             variants=["f32", "bf16", "f16"],
+        ),
+        case(  # the causal triangle from the run-time lengths, unequal T and S
+            "dpa_mask_causal_symbolic",
+            lambda q, k, v, m: jax.nn.dot_product_attention(q, k, v, mask=m, is_causal=True),
+            [("B", "T", 4, 8), ("B", "S", 4, 8), ("B", "S", 4, 8), ("B", 1, "T", "S")],
+            dtypes=[None, None, None, np.bool_],
+            dim_sizes={"B": (2, 1, 3, 2), "T": (5, 1, 6, 4), "S": (6, 2, 6, 3)},
+            counts={"Attention": 1},
+            variants=["f32"],
         ),
         case(
             "dpa_tnh",
@@ -235,9 +253,7 @@ def dot_product_attention(
     unbatched = len(q_shape) == 3
     t_len, s_len = q_shape[-3], k_shape[-3]
     fold_causal = is_causal and has_mask
-    if local_window_size is not None or (
-        fold_causal and (is_symbolic(t_len) or is_symbolic(s_len))
-    ):
+    if local_window_size is not None:
         return ctx.fallback()
     n_heads, k_heads, head, v_head = q_shape[-2], k_shape[-2], q_shape[-1], v_shape[-1]
     if unbatched:
@@ -251,7 +267,7 @@ def dot_product_attention(
     attn_mask = bias
     if mask is not None:
         if fold_causal:
-            mask = ctx.op.And(mask, np.tril(np.ones((int(t_len), int(s_len)), bool)))
+            mask = ctx.op.And(mask, _triangle(ctx, t_len, s_len))
         # float32 as JAX's logits (bfloat16/float16 operands too): a finite ``big``
         big = np.asarray(-0.7 * np.finfo(np.float32).max, np.float32)
         additive = ctx.op.Where(mask, np.zeros((), np.float32), big)
