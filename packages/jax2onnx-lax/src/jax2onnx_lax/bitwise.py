@@ -244,6 +244,7 @@ def _logic_cases(prim, fn):
     return [
         case(f"{prim.name}_bool", fn, _BOOLS),
         case(f"{prim.name}_bool_opset17", fn, _BOOLS, opset=17),
+        case(f"{prim.name}_symbolic", fn, [("B", "T"), (1, "T")], dtypes=[np.bool_] * 2),
         *int_cases(prim.name, fn),
     ]
 

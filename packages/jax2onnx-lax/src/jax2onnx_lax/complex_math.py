@@ -89,7 +89,12 @@ def _real(x):
 
 
 @family.lowering(
-    lax.imag_p, values="complex", cases=lambda: [case("complex_imag", lax.imag, [(3,)], dtypes=_C)]
+    lax.imag_p,
+    values="complex",
+    cases=lambda: [
+        case("complex_imag", lax.imag, [(3,)], dtypes=_C),
+        case("complex_imag_symbolic", lax.imag, [("B", "T")], dtypes=_C),
+    ],
 )
 @stored_rule
 def imag(x, **_):
@@ -103,6 +108,7 @@ def imag(x, **_):
     cases=lambda: [
         case("complex_conj", lax.conj, [(2, 3)], dtypes=_C),
         case("complex_conj_of_real", lax.conj, [(4,)]),
+        case("complex_conj_symbolic", lax.conj, [("B", 3)], dtypes=_C),
     ],
 )
 def conj(ctx, x, *, input_dtype, **_):

@@ -463,6 +463,13 @@ family.add_cases(
             [(6,)],
             no_unused_inputs=False,  # the edges depend on the static range only
         ),
+        case(
+            "static_bins_symbolic",
+            lambda x: jnp.histogram(x, bins=4, range=(-1.0, 1.0))[0],
+            [("N",)],
+            input_range=(-1.2, 1.2),
+            dim_sizes={"N": (9, 1, 20)},
+        ),
     ],
 )
 family.add_cases(
@@ -485,6 +492,12 @@ family.add_cases(
             "float",
             lambda x: jnp.unique(jnp.round(x), size=4, fill_value=0.0),
             [(8,)],
+        ),
+        case(  # fewer values than size at N = 2: filled
+            "float_symbolic",
+            lambda x: jnp.unique(jnp.round(x), size=4, fill_value=0.0),
+            [("N",)],
+            dim_sizes={"N": (8, 2, 13)},
         ),
     ],
 )

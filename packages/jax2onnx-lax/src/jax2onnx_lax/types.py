@@ -172,6 +172,7 @@ family.add_cases(
     "empty",
     lambda: [
         case("empty", lambda x: x + lax.empty((2, 3), x.dtype), [(2, 3)]),
+        case("empty_symbolic", lambda x: x + lax.empty(x.shape, x.dtype), [("B", "T")]),
         case("empty_uint16", lambda x: x + lax.empty((4,), x.dtype), [edges(np.uint16)[:4]]),
         case("empty_bool", lambda x: x | lax.empty((2,), np.bool_), [np.array([True, False])]),
     ],
