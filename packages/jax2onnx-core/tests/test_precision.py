@@ -282,3 +282,14 @@ def test_a_kernel_that_refuses_an_attribute_is_widened(dtype):
     fn = lambda x, i, u: jnp.asarray(x).at[i].add(u)  # noqa: E731
     (got,) = _run(jax2onnx.to_onnx(fn, [x, rows, u]), x, rows, u)
     np.testing.assert_array_equal(got.astype(F32), np.asarray(fn(x, rows, u)).astype(F32))
+
+
+@pytest.mark.parametrize("dtype", [BF16, F32])
+def test_run_session_keeps_scalars_0d_with_bfloat16_about(dtype):
+    # a 0-d array fed beside (or as) bfloat16 goes through OrtValues: still a scalar
+    x = np.asarray(1.2345, BF16)
+    y = np.asarray(2.0, dtype)
+    model = jax2onnx.to_onnx(lambda a, b: (a * 2, b + 1), [x, y])
+    got_x, got_y = _run(model, x, y)
+    assert got_x.shape == () and got_y.shape == ()
+    assert got_x == x * 2 and got_y == y + 1

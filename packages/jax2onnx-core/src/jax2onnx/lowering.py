@@ -140,6 +140,7 @@ class GraphScope(DimScope):
         domain: str = "",
         version: int | None = None,
     ) -> Sequence[ir.Value]:
+        attributes = {k: _plain(v) for k, v in attributes.items()}
         if domain in ("", "ai.onnx") and version is None:
             present = {k: v for k, v in attributes.items() if v is not None}
             adapted = opsets.adapt(self, op_type, list(inputs), present, num_outputs)
@@ -392,6 +393,17 @@ class GraphScope(DimScope):
                 value.name = names[i]
             result.append(value)
         return result
+
+
+def _plain(value: Any) -> Any:
+    """An attribute value with NumPy scalars (JAX params bound by hand carry
+    ``numpy.int64``) as the Python numbers ONNX attributes take; lists and tuples
+    element by element, anything else as it is."""
+    if isinstance(value, np.generic) and not isinstance(value, np.str_):
+        return value.item()
+    if isinstance(value, (list, tuple)) and any(isinstance(v, np.generic) for v in value):
+        return [_plain(v) for v in value]
+    return value
 
 
 def _native(eqn: Any, dtypes: frozenset[np.dtype]) -> bool:

@@ -100,7 +100,8 @@ def run_session(
 
     values = {}
     for name, array in arrays.items():
-        array = np.ascontiguousarray(array)
+        array = np.require(array, requirements="C")  # keeps a scalar 0-d (ascontiguousarray
+        # makes it 1-d, and ONNX Runtime would return (1,) for ())
         if array.dtype == BFLOAT16:
             values[name] = ort.OrtValue.ortvalue_from_numpy_with_onnx_type(
                 array.view(np.uint16),

@@ -275,13 +275,15 @@ def lu(a: Any) -> tuple[Any, Any, Any]:
 
 
 def pivots_to_permutation(pivots: Any, *, permutation_size: int) -> Any:
-    """The permutation made by applying the row swaps ``i <-> pivots[i]`` to ``arange``."""
+    """The permutation made by applying the row swaps ``i <-> pivots[i]`` to ``arange``;
+    a negative pivot counts from the end, as JAX indexes."""
     k = pivots.shape[-1]
     batch = pivots.shape[:-1]
     perm = jnp.broadcast_to(lax.iota(np.int32, permutation_size), (*batch, permutation_size))
 
     def body(i, perm):
-        return swap_rows(perm, i, index(pivots, i, -1).astype(np.int32))
+        p = index(pivots, i, -1).astype(np.int32)
+        return swap_rows(perm, i, jnp.where(p < 0, p + permutation_size, p))
 
     return repeat(k, body, perm)
 

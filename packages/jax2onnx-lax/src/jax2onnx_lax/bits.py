@@ -567,6 +567,12 @@ family.add_cases(
         _precision_case("f32_to_e4m3_edges", _narrow(_precision_edges(4, 3), np.float32), 4, 3),
         _precision_case("f16_to_bfloat16_edges", _float_edges(_F16), 8, 7),
         _precision_case("bf16_to_float16_edges", _narrow(_TO_F16, np.float32), 5, 10, _BF16),
+        case(  # a bfloat16 scalar in and out: the result stays 0-d
+            "bf16_scalar",
+            lambda x: lax.reduce_precision(x, 5, 2),
+            [np.asarray(1.2345, _BF16)],
+            tolerances=_EXACT,
+        ),
     ],
 )
 

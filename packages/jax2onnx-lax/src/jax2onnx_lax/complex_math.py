@@ -109,10 +109,16 @@ def imag(x, **_):
         case("complex_conj", lax.conj, [(2, 3)], dtypes=_C),
         case("complex_conj_of_real", lax.conj, [(4,)]),
         case("complex_conj_symbolic", lax.conj, [("B", 3)], dtypes=_C),
+        # bound directly, without the input_dtype lax.conj passes
+        case("complex_conj_bound", lambda z: lax.conj_p.bind(z), [(2, 3)], dtypes=_C),
+        case("complex_conj_bound_real", lambda x: lax.conj_p.bind(x), [(2, 3)]),
     ],
 )
-def conj(ctx, x, *, input_dtype, **_):
-    """conj -> (re, -im); a real input (JAX's ``input_dtype``) becomes (x, 0)."""
+def conj(ctx, x, *, input_dtype=None, **_):
+    """conj -> (re, -im); a real input (JAX's ``input_dtype``, else the operand's dtype)
+    becomes (x, 0)."""
+    if input_dtype is None:
+        input_dtype = ctx.avals_in[0].dtype
     if np.issubdtype(input_dtype, np.complexfloating):
         return ctx.decompose(lambda z: join(*_conj(*parts(z))), x, stored=True)
     part = _part_dtype(ctx.avals_out[0].dtype)

@@ -210,18 +210,38 @@ def _matmul_step(ctx, x, axis: int, rank: int, kind: int, n, dtype: np.dtype):
     perm = [a for a in range(rank) if a != axis] + [axis] + list(range(rank, stored_rank))
     x = ctx.transpose(x, perm)
     keep = [0] * (rank - 1)
-    if complex_in:
-        x = ctx.op.Reshape(x, ctx.i64([*keep, -1]))
+    if complex_in:  # the trailing size spelled out: -1 is invalid when a batch axis is 0
+        size = _length(ctx, n, half=kind == _IRFFT)
+        x = ctx.op.Reshape(x, _target(ctx, keep, size, 2))
     if isinstance(n, int):
         matrix = ctx.const(_matrix(kind, n, dtype), dtype)
     else:
         matrix = _runtime_matrix(ctx, kind, n, dtype)
     y = ctx.op.MatMul(x, matrix)
     if complex_out:
-        y = ctx.op.Reshape(y, ctx.i64([*keep, -1, 2]))
+        y = ctx.op.Reshape(y, _target(ctx, keep, _length(ctx, n, half=kind == _RFFT), 1, [2]))
     back = list(range(rank - 1))
     back.insert(axis, rank - 1)
     return ctx.transpose(y, back + list(range(rank, rank + int(complex_out))))
+
+
+def _length(ctx, n, *, half: bool):
+    """``n`` or the one-sided ``n // 2 + 1``: an int, or an int64 ``[1]`` for a run-time ``n``."""
+    if not half:
+        return n
+    if isinstance(n, int):
+        return n // 2 + 1
+    return ctx.op.Add(ctx.op.Div(n, ctx.i64([2])), ctx.i64([1]))
+
+
+def _target(ctx, keep, size, factor, tail=()):
+    """A Reshape target ``keep + [size * factor] + tail`` (``size`` as :func:`_length`)."""
+    if isinstance(size, int):
+        return ctx.i64([*keep, size * factor, *tail])
+    if factor != 1:
+        size = ctx.op.Mul(size, ctx.i64([factor]))
+    parts = [ctx.i64(keep), size] + ([ctx.i64(list(tail))] if tail else [])
+    return ctx.op.Concat(*parts, axis=0)
 
 
 @family.lowering(lax.fft_p, values="complex")

@@ -284,6 +284,13 @@ def _gather_cases():
             [(3, 4)],
             counts={"Clip": 0, "Cast": 0},
         ),
+        case(  # a NumPy integer axis under vmap reaches the params: Python ints in attributes
+            "numpy_int_axis_vmap",
+            jax.vmap(lambda x, i: jnp.take_along_axis(x, i, axis=np.int64(1))),
+            [(2, 3, 4), (2, 3, 1)],
+            dtypes=[None, _I32],
+            input_range=(0, 3),
+        ),
     ]
 
 

@@ -349,6 +349,11 @@ def lu(ctx, x, **_):
             dtypes=[np.int32],
             input_range=(0, 5),
         ),
+        case(  # negative pivots count from the end
+            "linalg_lu_pivots_to_permutation_negative",
+            lambda p: lax_linalg.lu_pivots_to_permutation(p, 4),
+            [np.array([[-1, 2, -3], [-4, -2, 3]], np.int32)],
+        ),
         case(  # symbolic pivot count and permutation size
             "linalg_lu_pivots_to_permutation_symbolic",
             lambda p: lax_linalg.lu_pivots_to_permutation(p, p.shape[-1] + 1),

@@ -201,9 +201,16 @@ def random_fold_in(ctx, keys, msgs):
 
 @family.lowering("random_wrap", "random_unwrap", "random_clone")
 def key_identity(ctx, x, **_):
-    """random_wrap / random_unwrap / random_clone: a key array is its key data: Identity."""
-    if ctx.eqn.primitive.name != "random_unwrap":
-        _impl(ctx, ctx.avals_out[0].dtype)
+    """random_wrap / random_unwrap / random_clone: a key array is its key data: Identity.
+
+    A legacy raw ``uint32`` key (``jax.random.PRNGKey``) passes through
+    ``random_clone`` as it is: no key type, so no implementation to check.
+    """
+    dtype = ctx.avals_out[0].dtype
+    if ctx.eqn.primitive.name != "random_unwrap" and jax.dtypes.issubdtype(
+        dtype, jax.dtypes.prng_key
+    ):
+        _impl(ctx, dtype)
     return ctx.op.Identity(x)
 
 
@@ -573,6 +580,13 @@ family.add_cases(
             input_range=(0, 2**32),
         ),
         case("clone", lambda k: _DATA(jax.random.clone(_W(k))), [_KEY]),
+        case("clone_raw_key", lambda k: jax.random.clone(k), [_KEY]),  # PRNGKey's uint32[2]
+        case(
+            "clone_raw_key_then_sample",
+            lambda k, x: x + jax.random.uniform(jax.random.clone(k), x.shape),
+            [_KEY, _Q],
+            variants=("f32",),
+        ),
     ],
 )
 

@@ -288,7 +288,7 @@ class _Rewriter:
 
     def constant(self, array: np.ndarray, base: str | None) -> ir.Value:
         name = self.fresh(base)
-        array = np.ascontiguousarray(array)
+        array = np.require(array, requirements="C")  # a 0-d array stays 0-d
         value = ir.Value(
             name=name,
             shape=ir.Shape(array.shape),
