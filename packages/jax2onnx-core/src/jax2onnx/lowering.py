@@ -19,7 +19,7 @@ from jax._src import core as jax_core
 from jax2onnx import folding, opsets
 from jax2onnx._ir import ir
 from jax2onnx.context import UNKNOWN_SOURCE, LoweringContext, source_line
-from jax2onnx.dims import DimScope
+from jax2onnx.dims import DimScope, is_symbolic
 from jax2onnx.dtypes import onnx_dtype, result_dtype
 from jax2onnx.errors import Jax2OnnxError, LoweringError
 from jax2onnx.keys import (
@@ -298,6 +298,8 @@ class GraphScope(DimScope):
         conversion = self.conversion
         if folding.candidate(eqn) and self._fold(eqn, env):
             return
+        if self._empty(eqn, env):
+            return
         on_complex = touches_complex(eqn)
         lowering = conversion.registry.lookup(name, conversion.opset, complex=on_complex)
         if lowering is None:
@@ -371,6 +373,30 @@ class GraphScope(DimScope):
                 env[var] = self.const(out, dtype=out.dtype)
         return True
 
+    def _empty(self, eqn: Any, env: dict[Any, ir.Value]) -> bool:
+        """An equation whose every result has a size-0 axis (and no effects): its results
+        are empty arrays whatever the inputs, written as such. Lowerings never meet
+        these edges (a Conv whose kernel is larger than the input, a Reshape to 0 ...)."""
+        if eqn.effects or not eqn.outvars:
+            return False
+        avals = [v.aval for v in eqn.outvars]
+        if not all(hasattr(a, "shape") and _has_zero(a.shape) for a in avals):
+            return False
+        for var, aval in zip(eqn.outvars, avals):
+            if isinstance(var, jax_core.DropVar):
+                continue
+            stored = LoweringContext.stored_aval(aval)
+            dtype, shape = np.dtype(stored.dtype), list(stored.shape)
+            if any(is_symbolic(d) for d in shape):
+                value = self.add_node(
+                    "Expand", [self.const(np.zeros((), dtype)), self.shape(shape)], {}
+                )[0]
+                stamp(value, aval)
+            else:
+                value = self.const(np.zeros(shape, dtype))
+            env[var] = value
+        return True
+
     def finish_outputs(
         self,
         outputs: Sequence[ir.Value],
@@ -393,6 +419,10 @@ class GraphScope(DimScope):
                 value.name = names[i]
             result.append(value)
         return result
+
+
+def _has_zero(shape: Sequence[Any]) -> bool:
+    return any(not is_symbolic(d) and int(d) == 0 for d in shape)
 
 
 def _plain(value: Any) -> Any:

@@ -102,6 +102,24 @@ def linen_promoted(module: Any, arrays: tuple[Any, ...]) -> tuple[Any, ...]:
     return tuple(_promote(x, t) for x, t in zip(arrays, targets, strict=True))
 
 
+def linen_params(module: Any) -> Any:
+    """The ``params`` of a Linen module's scope as ``module.param`` gives them to Flax code.
+
+    Models written for sharding (Flax's lm1b and wmt examples, T5X, MaxText) box
+    their parameters: ``nn.with_logical_partitioning(init, names)`` stores
+    ``nn.LogicallyPartitioned(value, names)`` (``nn.with_partitioning``:
+    ``nn.Partitioned``), and ``module.param`` hands the layer the bare array
+    inside. A stand-in that reads stored variables without ``module.param``
+    (to look at a dtype before deciding, or to join several sub-layers'
+    kernels) reads them here: every box (any ``flax.core.meta.AxisMetadata``)
+    is removed as Flax's ``meta.unbox`` does, so a boxed model converts as the
+    same model unboxed. Nothing is created or reserved (a missing name is absent).
+    """
+    from flax.core import meta
+
+    return meta.unbox(module.variables.get("params", {}))
+
+
 def linen_factory(
     build: Callable[[Any], Any],
     *shapes: tuple[int, ...],

@@ -11,7 +11,11 @@ own function object (``Dense.__call__`` as written, so a subclass calling
 not) and runs the family module's stand-in, which reads the parameters with
 ``module.param``/``module.variable`` exactly as the layer does and binds the
 same macro primitive as the NNX layer (``nn.Dense`` and ``nnx.Linear`` are one
-``linear`` primitive, one Gemm).
+``linear`` primitive, one Gemm). A stand-in that reads stored variables
+without ``module.param`` (a dtype looked at before deciding, several
+sub-layers' kernels joined) reads them with :func:`jax2onnx_flax._util.linen_params`:
+unboxed, as ``module.param`` gives them, so parameters boxed for sharding
+(``nn.with_logical_partitioning``) convert as plain ones.
 
 Family modules declare their stand-ins as a module constant::
 

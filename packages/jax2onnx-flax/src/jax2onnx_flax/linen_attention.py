@@ -37,7 +37,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jax2onnx.plugin import Family, Jax2OnnxError, at_conversion, call_arguments
-from jax2onnx_flax._util import F32, hashable_precision, linen_promoted
+from jax2onnx_flax._util import F32, hashable_precision, linen_params, linen_promoted
 from jax2onnx_flax.attention import dpa_p, mha_p
 from jax2onnx_flax.einsum import einsum_p
 from jax2onnx_flax.linear import linear_general_p
@@ -300,8 +300,6 @@ def _ln_defaults():
 
 def _mha_arrays(module, xs):
     """Linen's parameters in ``mha`` order, kernels flattened to 2-D (``None`` if missing)."""
-    from flax.core import meta
-
     features = jnp.shape(xs[0])[-1]
     qkv = module.qkv_features or features
     out_features = module.out_features or features
@@ -309,7 +307,7 @@ def _mha_arrays(module, xs):
     if not all(isinstance(jnp.shape(x)[-1], (int, np.integer)) for x in xs) or qkv % heads:
         return None  # symbolic features, or Flax's own assertion
     head = qkv // heads
-    params = meta.unbox(module.variables.get("params", {}))
+    params = linen_params(module)
     names = ["query", "key", "value", "out"] + (
         ["query_ln", "key_ln"] if module.normalize_qk else []
     )

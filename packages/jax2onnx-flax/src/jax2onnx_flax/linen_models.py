@@ -7,13 +7,19 @@
   ``SelfAttention``, ``Dropout`` after attention and in the MLP, a padding mask) whose
   dropout follows a ``deterministic`` flag;
 - :func:`lstm`: a sequence classifier (``Embed`` -> ``nn.RNN(LSTMCell)`` -> ``Dense`` on the
-  last step).
+  last step);
+- :func:`lm1b`: a decoder in the style of Flax's lm1b example (and T5X/MaxText): every
+  parameter boxed with ``nn.with_logical_partitioning`` (``nn.LogicallyPartitioned``
+  variables), activations under ``nn.with_logical_constraint`` (a no-op without a mesh),
+  a pre-LN block of causal ``MultiHeadDotProductAttention`` and a ``DenseGeneral`` MLP,
+  logits through the shared embedding (``Embed.attend``).
 
 Each builder returns ``(module, variables)`` (initialised with a fixed key, the BatchNorm
 statistics moved off their initial values); ``model.bind(variables)`` is what ``to_onnx``
-takes. The ResNet is also converted wrapped in ``nnx.bridge.ToNNX``. Importing this module
-never imports Flax: the classes are defined on first use (:func:`classes`). The plugin
-imports this module only when its cases are built (see ``plugin.py``).
+takes. The ResNet and the lm1b decoder are also converted wrapped in
+``nnx.bridge.ToNNX``. Importing this module never imports Flax: the classes are defined
+on first use (:func:`classes`). The plugin imports this module only when its cases are
+built (see ``plugin.py``).
 """
 
 from __future__ import annotations
@@ -66,6 +72,17 @@ class LSTMConfig:
     dim: int = 8
     hidden: int = 12
     classes: int = 3
+
+
+@dataclasses.dataclass(frozen=True)
+class Lm1bConfig:
+    vocab: int = 40
+    max_len: int = 16
+    dim: int = 16
+    heads: int = 2
+    qkv_dim: int = 16
+    mlp_dim: int = 32
+    dropout: float = 0.1
 
 
 @functools.cache
@@ -144,7 +161,70 @@ def classes() -> types.SimpleNamespace:
             x = nn.RNN(nn.LSTMCell(c.hidden))(x)
             return nn.Dense(c.classes)(x[:, -1])
 
+    def logical(init, *names):
+        return nn.with_logical_partitioning(init, names)
+
+    dense_init = logical(nn.initializers.xavier_uniform(), "embed", "mlp")
+    bias_init = logical(nn.initializers.normal(0.02), "mlp")  # lm1b's are ~0: these are not
+
+    def norm():
+        ones, small = nn.initializers.ones, nn.initializers.normal(0.02)
+        return nn.LayerNorm(scale_init=logical(ones, "embed"), bias_init=logical(small, "embed"))
+
+    class Lm1bMlp(nn.Module):
+        config: Lm1bConfig
+
+        @nn.compact
+        def __call__(self, x, deterministic: bool = True):
+            c = self.config
+            y = nn.DenseGeneral(c.mlp_dim, kernel_init=dense_init, bias_init=bias_init)(x)
+            y = nn.Dropout(c.dropout)(nn.relu(y), deterministic)
+            y = nn.DenseGeneral(x.shape[-1], kernel_init=dense_init, bias_init=bias_init)(y)
+            return nn.Dropout(c.dropout)(y, deterministic)
+
+    class Lm1bBlock(nn.Module):
+        config: Lm1bConfig
+
+        @nn.compact
+        def __call__(self, x, mask, deterministic: bool = True):
+            c = self.config
+            x = nn.with_logical_constraint(x, ("activation_batch", "activation_length", "embed"))
+            y = nn.MultiHeadDotProductAttention(
+                c.heads,
+                qkv_features=c.qkv_dim,
+                kernel_init=logical(nn.initializers.xavier_uniform(), "embed", "kv"),
+                bias_init=logical(nn.initializers.normal(0.02), "embed"),
+                broadcast_dropout=False,
+                dropout_rate=c.dropout,
+            )(norm()(x), mask=mask, deterministic=deterministic)
+            x = x + nn.Dropout(c.dropout)(y, deterministic)
+            return x + Lm1bMlp(c)(norm()(x), deterministic)
+
+    class Lm1bDecoder(nn.Module):
+        config: Lm1bConfig
+
+        @nn.compact
+        def __call__(self, tokens, deterministic: bool = True):
+            c = self.config
+            embed = nn.Embed(
+                c.vocab,
+                c.dim,
+                embedding_init=logical(nn.initializers.normal(1.0), "vocab", "embed"),
+            )
+            positions = self.param(
+                "positions",
+                logical(nn.initializers.normal(0.02), "length", "embed"),
+                (c.max_len, c.dim),
+            )
+            x = embed(tokens) + positions[: tokens.shape[-1]]
+            mask = nn.combine_masks(
+                nn.make_attention_mask(tokens > 0, tokens > 0), nn.make_causal_mask(tokens)
+            )
+            x = Lm1bBlock(c)(x, mask, deterministic)
+            return embed.attend(norm()(x)) / jnp.sqrt(x.shape[-1])
+
     return types.SimpleNamespace(
+        Lm1bDecoder=Lm1bDecoder,
         BasicBlock=BasicBlock,
         ResNet=ResNet,
         EncoderBlock=EncoderBlock,
@@ -195,6 +275,13 @@ def lstm(config: LSTMConfig = LSTMConfig()) -> tuple[Any, Any]:
     return _initialised(classes().LSTMClassifier(config), jnp.ones((1, 5), jnp.int32))
 
 
+def lm1b(config: Lm1bConfig = Lm1bConfig()) -> tuple[Any, Any]:
+    """The lm1b-style decoder; its ``params`` hold ``nn.LogicallyPartitioned`` boxes."""
+    import jax.numpy as jnp
+
+    return _initialised(classes().Lm1bDecoder(config), jnp.ones((1, config.max_len), jnp.int32))
+
+
 # -- cases ------------------------------------------------------------------------------
 
 
@@ -216,12 +303,29 @@ def _bridged():
     return bridged
 
 
+def _lm1b_bridged():
+    """The lm1b decoder in ``nnx.bridge.ToNNX``, its trained (boxed) weights loaded.
+
+    NNX shards a variable made from a box eagerly, which needs a mesh; a model
+    built off one (as here) turns that off while its variables are made.
+    """
+    from flax import nnx
+
+    module, variables = lm1b()
+    bridged = nnx.bridge.ToNNX(module, rngs=nnx.Rngs(0))
+    with nnx.use_eager_sharding(False):
+        nnx.bridge.lazy_init(bridged, np.ones((1, Lm1bConfig().max_len), np.int32))
+        nnx.update(bridged, nnx.bridge.variables.linen_vars_to_nnx_attrs(variables))
+    return bridged
+
+
 _IMAGES = [("B", 16, 16, 3)]
 # Properties that hold in every variant (f32, f64, symbolic batch): float64 Conv has no
 # ONNX Runtime kernel and inlines JAX's computation, so Conv counts are not among them.
 _NO_RANDOM = {"Dropout": 0, "RandomUniform": 0, "RandomUniformLike": 0, "Bernoulli": 0}
 _RESNET_OPS = {"Gemm": 1, "Relu": 5, **_NO_RANDOM}
 _TOKENS = {"dtypes": [np.int32], "variants": ["f32", "f64"]}
+_LM1B_OPS = {"Attention": 1, "LayerNormalization": 3, "Gather": 1, **_NO_RANDOM}
 
 
 def cases() -> list:
@@ -263,6 +367,24 @@ def cases() -> list:
             factory=True,
             dtypes=[np.int32],
             variants=["f32"],
+        ),
+        case(
+            "linen_lm1b_block",
+            _bound(lm1b),
+            [("B", 8)],
+            input_range=(0, Lm1bConfig().vocab),
+            factory=True,
+            counts=_LM1B_OPS,
+            **_TOKENS,
+        ),
+        case(
+            "linen_lm1b_block_to_nnx",
+            _lm1b_bridged,
+            [("B", 8)],
+            input_range=(0, Lm1bConfig().vocab),
+            factory=True,
+            counts=_LM1B_OPS,
+            **_TOKENS,
         ),
         case(
             "linen_lstm",

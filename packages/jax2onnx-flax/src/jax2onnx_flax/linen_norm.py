@@ -52,7 +52,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jax2onnx.plugin import Family, at_conversion, case
-from jax2onnx_flax._util import linen_factory, via_apply
+from jax2onnx_flax._util import linen_factory, linen_params, via_apply
 from jax2onnx_flax.layer_norm import layer_norm_p, rms_norm_p
 from jax2onnx_flax.linen import LinenStandIn, merged
 from jax2onnx_flax.norm import batch_norm_p, flax_normalization, group_norm_p, norm_axes
@@ -89,10 +89,15 @@ def _params(module, x, feature_axes, use_scale, use_bias):
 
 
 def _param_dtypes(module, use_scale, use_bias):
-    """The dtypes :func:`_params` will return (stored, or ``param_dtype`` when made)."""
+    """The dtypes :func:`_params` will return (stored, or ``param_dtype`` when made).
+
+    The stored arrays are read unboxed (:func:`linen_params`), as ``module.param``
+    will return them.
+    """
+    stored_params = linen_params(module)
     out = []
     for name, used in (("scale", use_scale), ("bias", use_bias)):
-        stored = module.get_variable("params", name) if used else None
+        stored = stored_params.get(name) if used else None
         keep = stored is not None and module.force_float32_reductions
         out.append(
             None if not used else np.dtype(jnp.result_type(stored) if keep else module.param_dtype)

@@ -33,7 +33,13 @@ import jax
 import jax.numpy as jnp
 
 from jax2onnx.plugin import Family, at_conversion, case
-from jax2onnx_flax._util import grad_of_squares, linen_factory, linen_promoted, perturbed
+from jax2onnx_flax._util import (
+    grad_of_squares,
+    linen_factory,
+    linen_params,
+    linen_promoted,
+    perturbed,
+)
 from jax2onnx_flax.linear import linear_p
 from jax2onnx_flax.linen import LinenStandIn
 
@@ -91,9 +97,10 @@ def gru_cell(original, module, carry, inputs):
     kernels (and biases, zeros standing in for ``hr``/``hz``'s) are joined at
     conversion time; each gate's column block of a product is that Dense's
     output, and the missing biases add a zero ahead of the gate function.
-    While initialising (no parameters yet) Flax's method runs.
+    While initialising (no parameters yet) Flax's method runs. The stored
+    parameters are read unboxed (:func:`linen_params`), as the Dense layers get them.
     """
-    params = module.variables.get("params", {})
+    params = linen_params(module)
     if any(name not in params for name in GRU_LAYERS):
         return original(carry, inputs)
     h = carry

@@ -42,6 +42,7 @@ FAMILIES = (
     "linen_attention",
     "linen_attention_cases",
     "linen_rnn",
+    "linen_boxed_cases",
 )
 # modules of example models and their cases: imported only when the cases are built
 CASE_MODULES = {"models": "model_cases", "linen_models": "linen_models"}

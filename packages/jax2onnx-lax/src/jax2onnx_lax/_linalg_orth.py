@@ -219,7 +219,11 @@ def qr(a: Any, *, full_matrices: bool, pivoting: bool = False) -> tuple[Any, ...
     q = householder_product(packed, taus, m if full_matrices else k)
     r = packed[..., : m if full_matrices else k, :]
     r = jnp.where(~tril_mask(*r.shape[-2:], -1), r, 0)
-    return (q, r, jpvt - 1) if pivoting else (q, r)
+    if not pivoting:
+        return q, r
+    if not is_symbolic(m) and m == 0:  # JAX's pivots of a matrix without rows: all 0
+        return q, r, jnp.zeros_like(jpvt)
+    return q, r, jpvt - 1
 
 
 # -- Jacobi ----------------------------------------------------------------------------
@@ -365,6 +369,8 @@ def eigh(a: Any, *, lower: bool) -> tuple[Any, Any]:
     (Hermitian) matrix held in the ``lower`` (or upper) triangle of ``a``, by cyclic
     Jacobi (complex rotations for a complex ``a``, whose diagonal's real part is used)."""
     n = a.shape[-1]
+    if not is_symbolic(n) and n == 0:  # no eigenpairs (and no rounds to schedule)
+        return jnp.zeros_like(a), jnp.zeros(a.shape[:-1], jnp.finfo(a.dtype).dtype)
     tri = tril_mask(n, k=-1)
     half = a if lower else jnp.conj(jnp.swapaxes(a, -1, -2))
     sym = jnp.where(tri, half, 0) + jnp.where(tri.T, jnp.conj(jnp.swapaxes(half, -1, -2)), 0)
@@ -450,6 +456,8 @@ def svd(a: Any, *, full_matrices: bool, compute_uv: bool) -> tuple[Any, ...]:
     larger take :func:`_svd_either`.
     """
     m, n = a.shape[-2:]
+    if any(not is_symbolic(d) and d == 0 for d in (m, n)):
+        return _no_singular_values(a, full_matrices=full_matrices, compute_uv=compute_uv)
     try:
         wide = m < n
     except jax.errors.InconclusiveDimensionOperation:
@@ -463,6 +471,19 @@ def svd(a: Any, *, full_matrices: bool, compute_uv: bool) -> tuple[Any, ...]:
     if wide:
         u, v = v, u
     return sigma, u, jnp.conj(jnp.swapaxes(v, -1, -2))
+
+
+def _no_singular_values(a: Any, *, full_matrices: bool, compute_uv: bool) -> tuple[Any, ...]:
+    """:func:`svd` of ``m x 0`` or ``0 x n`` matrices, as JAX's: no singular values; the
+    reduced factors are empty, the full ones ``u = I_m`` and ``vt = I_n``."""
+    m, n = a.shape[-2:]
+    batch = a.shape[:-2]
+    sigma = jnp.zeros((*batch, 0), jnp.finfo(a.dtype).dtype)
+    if not compute_uv:
+        return (sigma,)
+    rows, cols = (m, n) if full_matrices else (0, 0)
+    u = jnp.broadcast_to(jnp.eye(m, rows, dtype=a.dtype), (*batch, m, rows))
+    return sigma, u, jnp.broadcast_to(jnp.eye(cols, n, dtype=a.dtype), (*batch, cols, n))
 
 
 def _tall_svd(x: Any, full_matrices: bool, compute_uv: bool, *, reduce: bool) -> tuple[Any, ...]:

@@ -283,7 +283,7 @@ def schur(a: Any, *, vectors: bool = True) -> tuple[Any, Any]:
 
     def cond(carry):
         count, h, _, _, _ = carry
-        return (count < cap) & (jnp.max(deflate(h)[2]) > 0)
+        return (count < cap) & (jnp.max(deflate(h)[2], initial=0) > 0)  # 0 for no matrices
 
     def body(carry):
         count, h, z, stall, last_hi = carry
@@ -350,6 +350,8 @@ def normalize(v: Any) -> Any:
     """Columns scaled to unit 2-norm with their largest-magnitude entry (the first on
     ties) real and positive: LAPACK geev's normalisation."""
     n = v.shape[-2]
+    if not is_symbolic(n) and n == 0:  # no entries, nothing to scale
+        return v
     mag = jnp.real(v * jnp.conj(v))
     v = v / jnp.sqrt(jnp.sum(mag, axis=-2, keepdims=True)).astype(v.dtype)
     top = jnp.argmax(mag, axis=-2)

@@ -500,4 +500,43 @@ family.add_cases(
 )
 
 
+def _iota(*, dtype, shape, dimension, sharding):
+    part = np.finfo(dtype).dtype  # complex64 -> float32
+    real = lax.broadcasted_iota(part, (*shape, 1), dimension)
+    return join(real, jnp.zeros_like(real))
+
+
+@family.lowering(
+    lax.iota_p,
+    values="complex",
+    cases=lambda: [
+        case(
+            "complex_arange",
+            lambda z: z + jnp.arange(4, dtype=z.dtype),
+            [(4,)],
+            dtypes=_C,
+            counts={"Range": 0},
+        ),
+        case(
+            "complex_iota_2d",
+            lambda z: z * lax.broadcasted_iota(z.dtype, (2, 3), 1),
+            [(2, 3)],
+            dtypes=_C,
+        ),
+        case(
+            "complex_iota_symbolic",
+            lambda z: z - lax.broadcasted_iota(z.dtype, z.shape, 0),
+            [("B", 3)],
+            dtypes=_C,
+        ),
+        case("complex_iota_alone", lambda: lax.iota(np.complex64, 5), []),
+    ],
+)
+def iota(ctx, *, dtype, shape, dimension, sharding):
+    """The real iota as the real parts, zero imaginary parts."""
+    return ctx.decompose(
+        _iota, stored=True, dtype=dtype, shape=shape, dimension=dimension, sharding=sharding
+    )
+
+
 register = family.register

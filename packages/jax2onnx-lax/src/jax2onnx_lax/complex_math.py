@@ -549,32 +549,47 @@ def ne(x, y, **_):
 
 
 def _pick(x, y, larger):
-    """x where x > y (real parts first, then imaginary parts) is ``larger``, else y."""
+    """JAX's complex max (min): x where ``re x == re y ? im x > im y : re x > re y`` (``<``
+    for min), else y, so ties and NaN parts give y. Magnitudes and signs (-1 where the sign
+    bit is set: ``1 / -0.0 < 0``; 1 for NaN) are selected apart and multiplied, as ORT's
+    Where drops the sign of a -0.0 from its first branch; NaNs pass unchanged."""
     (a, b), (c, d) = parts(x), parts(y)
-    greater = (a > c) | ((a == c) & (b > d))
-    first = greater if larger else ~greater & ((a != c) | (b != d))
-    return join(jnp.where(first, a, c), jnp.where(first, b, d))
+    beats = jnp.greater if larger else jnp.less
+    first = jnp.where(a == c, beats(b, d), beats(a, c))
+    sx, sy = (jnp.where((v < 0) | (1 / v < 0), -1, 1).astype(v.dtype) for v in (x, y))
+    return jnp.where(first, x * sx, y * sy) * jnp.where(first, sx, sy)
 
 
 _ORDERED = [
     np.array([1 + 2j, -1 - 1j, 3 + 0j, 0j, 2 + 2j, 3j, 1 - 3j]),
     np.array([1 + 3j, -2 + 1j, 3 - 1j, 1j, 2 + 2j, 0j, 1 + 0j]),
 ]
+# NaN and infinite parts, equal real parts, signed zeros: the cases take every pair
+_ODD = "nan+1j 1+nanj nan+nanj inf+0j -inf+1j 1+infj 1-infj 1+2j 1+3j 2-1j 0j -0+0j 0-0j -0-0j"
 
 
-@family.lowering(
-    lax.max_p, values="complex", cases=lambda: [case("complex_max", lax.max, _ORDERED)]
-)
+def _extremum_cases(name, fn):
+    """The ordered pairs; and every pair of ``_ODD`` both ways round, compared by the bits
+    of the parts (signs of zeros; below opset 26 a bitcast gives every NaN as jnp.nan)."""
+
+    def bits(x, y):
+        z, ints = fn(x, y), np.int32 if x.dtype == np.complex64 else np.int64
+        return tuple(lax.bitcast_convert_type(p(z), ints) for p in (lax.real, lax.imag))
+
+    odd = np.array([complex(z) for z in _ODD.split()])
+    pairs = [np.repeat(odd, odd.size), np.tile(odd, odd.size)]
+    return [case(f"complex_{name}", fn, _ORDERED), case(f"complex_{name}_edges", bits, pairs)]
+
+
+@family.lowering(lax.max_p, values="complex", cases=lambda: _extremum_cases("max", lax.max))
 @stored_rule
 def max_(x, y, **_):
-    """max -> the lexicographic maximum (real parts, then imaginary parts), as JAX orders
-    complex numbers; NaN parts are not handled as JAX does."""
+    """max -> the lexicographic maximum (real parts, then imaginary parts), JAX's rule bit
+    for bit: the second operand on ties and where a compared part is NaN."""
     return _pick(x, y, True)
 
 
-@family.lowering(
-    lax.min_p, values="complex", cases=lambda: [case("complex_min", lax.min, _ORDERED)]
-)
+@family.lowering(lax.min_p, values="complex", cases=lambda: _extremum_cases("min", lax.min))
 @stored_rule
 def min_(x, y, **_):
     """min -> the lexicographic minimum (see max)."""

@@ -1,4 +1,4 @@
-"""Products, extrema and sorts of complex values (``values="complex"``).
+"""Products, extrema, clamps and sorts of complex values (``values="complex"``).
 
 Complex arrays are stored as float ``[..., 2]`` (real, imaginary). Sums act on
 each part and are in ``complex_layout``; products mix the parts:
@@ -21,11 +21,16 @@ each part and are in ``complex_layout``; products mix the parts:
 * ``reduce_max``/``reduce_min`` are lexicographic too: the extreme real part,
   then the extreme imaginary part among the elements that have it. With NaNs
   JAX's own result depends on the order of the elements; those are not matched.
-  ``cummax``/``cummin``, ``argmax``/``argmin`` (JAX fails on complex at run time)
-  and complex ``scatter-min``/``scatter-max`` have no complex rule.
+  ``cummax``/``cummin`` are in :mod:`jax2onnx_lax.cumulative`, ``lax.reduce`` and
+  ``reduce_window`` in :mod:`jax2onnx_lax.folds`; ``argmax``/``argmin`` (JAX fails on
+  complex at run time) and complex ``scatter-min``/``scatter-max`` have no complex rule.
+* ``clamp`` is XLA's, which compares real parts only (not the lexicographic order).
 """
 
 from __future__ import annotations
+
+import functools
+import itertools
 
 import jax.numpy as jnp
 import numpy as np
@@ -289,6 +294,60 @@ def reduce_max(ctx, x, *, axes, **_):
 def reduce_min(ctx, x, *, axes, **_):
     """The lexicographic minimum, as :func:`reduce_max` (NaN inputs not matched)."""
     return ctx.decompose(_reduce_extremum, x, stored=True, axes=axes, largest=False)
+
+
+def _clamp(lo, x, hi):
+    """XLA's complex clamp compares real parts only: ``lo`` where ``lo.re >= x.re``, then
+    ``hi`` where the result's real part is not ``<= hi.re`` (so a NaN real part gives
+    ``hi``); imaginary parts only come along."""
+    low = jnp.where(parts(lo)[0] >= parts(x)[0], lo, x)
+    return jnp.where(parts(low)[0] <= parts(hi)[0], low, hi)
+
+
+def _clamp_grid():
+    """Every (lo, x, hi) over a grid with ties and NaNs in both parts."""
+    grid = [-1.0, 1.0, np.nan]
+    values = [complex(a, b) for a in grid for b in grid]
+    triples = np.array(list(itertools.product(values, repeat=3)), np.complex64)
+    return [triples[:, 0], triples[:, 1], triples[:, 2]]
+
+
+@functools.cache
+def _clamp_xfail() -> str | None:
+    """Why JAX gives no reference here: XLA's classic CPU emitters (the suite's fast-compile
+    ``--xla_cpu_use_fusion_emitters=false``) have no complex clamp; None where JAX runs it."""
+    try:
+        lax.clamp(np.complex64(0), np.zeros(1, np.complex64), np.complex64(1)).block_until_ready()
+    except Exception as err:  # jax.errors.JaxRuntimeError: UNIMPLEMENTED
+        return f"JAX cannot run a complex clamp under these XLA flags ({err}); XLA's defaults can"
+    return None
+
+
+@family.lowering(
+    lax.clamp_p,
+    values="complex",
+    cases=lambda: [
+        case(
+            "complex_clamp",
+            lax.clamp,
+            [("B", 4), ("B", 4), ("B", 4)],
+            dtypes=_C * 3,
+            xfail=_clamp_xfail(),
+        ),
+        case(
+            "complex_clamp_scalar_bounds",
+            lambda x: lax.clamp(jnp.asarray(-0.5 + 1j, x.dtype), x, jnp.asarray(0.5, x.dtype)),
+            [(3, 4)],
+            dtypes=_C,
+            xfail=_clamp_xfail(),
+        ),
+        case("complex_clamp_ties_nan", lax.clamp, _clamp_grid(), xfail=_clamp_xfail()),
+    ],
+)
+def clamp(ctx, lo, x, hi):
+    """As JAX on CPU with XLA's default (fusion) emitters: bounds compared by real parts
+    only (see ``_clamp``), not JAX's lexicographic max/min; a scalar bound broadcasts."""
+    return ctx.decompose(_clamp, lo, x, hi, stored=True)
 
 
 register = family.register

@@ -337,6 +337,20 @@ def _conv_cases():
             [(2, 3, 5, 5), (2, 3, 3, 3)],
             variants=["bf16"],
         ),
+        # a (dilated) kernel larger than the padded input: no windows, an empty result as
+        # in JAX (ONNX Runtime's Conv refuses such an input), whatever the values
+        case(
+            "kernel_larger_than_input",
+            _conv((1, 1), "VALID", rhs_dilation=(2, 2)),
+            [(1, 2, 3, 3), (4, 2, 3, 3)],
+            no_unused_inputs=False,
+        ),
+        case(
+            "kernel_larger_than_input_symbolic_batch",
+            _conv((1, 1), [(1, 0), (0, 0)]),
+            [("B", 2, 3, 3), (4, 2, 5, 4)],
+            no_unused_inputs=False,
+        ),
     ]
 
 

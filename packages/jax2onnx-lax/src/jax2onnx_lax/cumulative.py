@@ -14,6 +14,12 @@ ONNX Runtime's CumSum takes only int32/int64/float kernels and its Pad, Max and
 Min lack int16/uint16, so narrow and unsigned integers are computed in a wider
 integer and cast back, which is exact (a wrapped sum or product keeps its low
 bits).
+
+Complex cummax/cummin (``values="complex"``) run the same scan on the stored
+array (parts on a trailing axis, shifted alike), combining with the
+lexicographic max/min (real parts, then imaginary parts, as JAX orders complex
+numbers) and shifting in parts of -inf (+inf). Complex cumsum/cumprod are in
+:mod:`jax2onnx_lax.complex_layout` and :mod:`jax2onnx_lax.complex_reduce`.
 """
 
 from __future__ import annotations
@@ -47,17 +53,18 @@ def _dtype(ctx):
 def _scan(ctx, x, axis, reverse, combine, identity):
     """Inclusive scan of ``combine(c, a, b)`` along ``axis`` in ``ceil(log2 n)`` Pad steps.
 
-    ``c`` is the context to emit with (the Loop body's, for a symbolic ``n``).
+    ``c`` is the context to emit with (the Loop body's, for a symbolic ``n``); ``x`` is
+    taken as stored (a complex array has its parts on a trailing axis, padded alike).
     """
-    shape = ctx.avals_in[0].shape
+    stored = ctx.stored_aval(ctx.avals_in[0])
+    shape, dtype = tuple(stored.shape), np.dtype(stored.dtype)
     n = shape[axis]
-    dtype = _dtype(ctx)
     wide = _SCAN_WIDE.get(dtype)
     y = x if wide is None else ctx.cast(x, wide)
     fill = ctx.const(identity, wide or dtype)
     rank = len(shape)
     if is_symbolic(n):
-        y = _scan_loop(ctx, y, axis, reverse, combine, fill, wide or dtype)
+        y = _scan_loop(ctx, y, shape, axis, reverse, combine, fill, wide or dtype)
         return y if wide is None else ctx.cast(y, dtype)
     s = 1
     while s < int(n):
@@ -68,23 +75,22 @@ def _scan(ctx, x, axis, reverse, combine, identity):
     return y if wide is None else ctx.cast(y, dtype)
 
 
-def _scan_loop(ctx, y, axis, reverse, combine, fill, dtype):
+def _scan_loop(ctx, y, shape, axis, reverse, combine, fill, dtype):
     """The log-step scan along an axis of symbolic size ``n``: a ``Loop`` while ``s < n``.
 
     The body carries the shift ``s`` (1, 2, 4, ...) and ``y``; its pads are
     ``s`` times a constant of +-1 at the scanned axis, so one Pad shifts by
     the run-time ``s``. No step runs when ``n <= 1``.
     """
-    aval = ctx.avals_in[0]
-    rank = len(aval.shape)
-    n = ctx.op.Squeeze(ctx.dim(aval.shape[axis]), ctx.i64([0]))
+    rank = len(shape)
+    n = ctx.op.Squeeze(ctx.dim(shape[axis]), ctx.i64([0]))
     sign = np.zeros(2 * rank, np.int64)
     sign[axis], sign[rank + axis] = (-1, 1) if reverse else (1, -1)
     body = ctx.subgraph("cumulative_body")
     body.add_input(np.int64, ())  # the iteration number
     body.add_input(np.bool_, ())
     shift = body.add_input(np.int64, ())
-    state = body.add_input(dtype, aval.shape)
+    state = body.add_input(dtype, shape)
     pads = body.op.Mul(ctx.i64(sign), shift)
     new = combine(body.ctx, state, body.op.Pad(state, pads, fill))
     doubled = body.op.Mul(shift, ctx.i64(2))
@@ -92,7 +98,7 @@ def _scan_loop(ctx, y, axis, reverse, combine, fill, dtype):
     scalar = ShapedArray((), np.int64)
     graph = body.finish(
         [again, doubled, new],
-        [ShapedArray((), np.bool_), scalar, ShapedArray(aval.shape, dtype)],
+        [ShapedArray((), np.bool_), scalar, ShapedArray(shape, dtype)],
     )
     one = ctx.i64(1)
     _, result = ctx.op.Loop(None, ctx.op.Less(one, n), one, y, body=graph, _outputs=2)
@@ -296,6 +302,68 @@ def cumlogsumexp(ctx, x, *, axis, reverse):
         return op.Where(op.IsNaN(delta), op.Add(a, b), finite)
 
     return _scan(ctx, x, axis, reverse, logaddexp, -np.inf)
+
+
+# -- complex cummax / cummin -------------------------------------------------------------
+
+
+def _lexicographic(larger):
+    """``combine`` picking, of two stored complex arrays, the one with the larger (smaller)
+    real part, then the larger (smaller) imaginary part: JAX's order of complex numbers."""
+
+    def combine(c, a, b):
+        op = c.op
+        first, second, last = c.i64([0]), c.i64([1]), c.i64([-1])
+        end = c.i64([2])
+        (ar, ai), (br, bi) = [
+            (op.Slice(v, first, second, last), op.Slice(v, second, end, last)) for v in (a, b)
+        ]
+        beyond = op.Greater if larger else op.Less
+        wins = op.Or(beyond(br, ar), op.And(op.Equal(br, ar), beyond(bi, ai)))
+        return op.Where(wins, b, a)
+
+    return combine
+
+
+def _complex_cases(prefix, prim):
+    c = [np.complex64]
+    return [
+        case(f"complex_{prefix}", _cum(prim, axis=1, reverse=False), [("B", 6)], dtypes=c),
+        case(f"complex_{prefix}_reverse", _cum(prim, axis=0, reverse=True), [(5, 2)], dtypes=c),
+        case(f"complex_{prefix}_ties", _cum(prim, axis=1, reverse=False), [_COMPLEX_TIES]),
+        case(f"complex_{prefix}_ties_reverse", _cum(prim, axis=1, reverse=True), [_COMPLEX_TIES]),
+        case(
+            f"complex_{prefix}_symbolic",
+            _cum(prim, axis=0, reverse=True),
+            [("T", "B")],
+            dtypes=c,
+            dim_sizes=_SCANNED,
+        ),
+    ]
+
+
+_COMPLEX_TIES = np.array(
+    [[1 + 2j, 1 + 5j, 3 - 1j, 3 - 4j, 3 + 0j, -2 + 9j], [2j, -1j, 0j, 1j, 1j, -np.inf + 1j]],
+    np.complex64,
+)
+
+
+@family.lowering(
+    lax.cummax_p, values="complex", cases=lambda: _complex_cases("cummax", lax.cummax_p)
+)
+def complex_cummax(ctx, x, *, axis, reverse):
+    """Log-step scan of the lexicographic maximum (real parts, then imaginary parts), as
+    JAX orders complex numbers; the identity has both parts -inf. Inputs with NaN are not
+    matched (JAX's result then depends on its scan's order)."""
+    return _scan(ctx, x, axis, reverse, _lexicographic(True), -np.inf)
+
+
+@family.lowering(
+    lax.cummin_p, values="complex", cases=lambda: _complex_cases("cummin", lax.cummin_p)
+)
+def complex_cummin(ctx, x, *, axis, reverse):
+    """Log-step scan of the lexicographic minimum (see :func:`complex_cummax`)."""
+    return _scan(ctx, x, axis, reverse, _lexicographic(False), np.inf)
 
 
 register = family.register

@@ -86,6 +86,18 @@ def _projectors(x):
     return w, jnp.abs(v), jnp.einsum("...ik,...jk->...kij", v, jnp.conj(v))
 
 
+_EMPTY = {"no_unused_inputs": False}  # an empty matrix has no entries to read
+
+
+def _each(fn):
+    """``fn`` of every input, its outputs in one flat tuple."""
+    return lambda *xs: tuple(out for x in xs for out in fn(x))
+
+
+def _eigh_both(x):
+    return (*lax_linalg.eigh(x), *lax_linalg.eigh(x, lower=False))
+
+
 _CQ4 = np.linalg.qr(
     np.random.default_rng(3).standard_normal((4, 4))
     + 1j * np.random.default_rng(4).standard_normal((4, 4))
@@ -134,6 +146,9 @@ _HERMITIAN_SPREAD = (_CQ4 * np.array([-2.0, -0.5, 1.0, 3.0])) @ _CQ4.conj().T
         case("jnp_linalg_eigh_complex_vectors", _projectors, [_HERMITIAN_SPREAD]),
         complex_case("jnp_linalg_eigvalsh_complex", jnp.linalg.eigvalsh, [(6, 6)]),
         complex_case("jnp_linalg_eigh_complex_symbolic", _reconstruct_eigh, [("N", "N")]),
+        # no eigenpairs: empty v and w, as JAX (inputs unused), an empty batch too
+        case("linalg_eigh_empty", _each(_eigh_both), [(0, 0), (3, 0, 0), (0, 4, 4)], **_EMPTY),
+        complex_case("linalg_eigh_empty_complex", _each(_eigh_both), [(0, 0), (2, 0, 0)], **_EMPTY),
     ],
 )
 def eigh(ctx, x, *, lower, subset_by_index=None, **_):
@@ -161,6 +176,12 @@ def _svd_parts(full_matrices):
         return s, rebuilt, _h(u) @ u, vt @ _h(vt), u @ _h(u)
 
     return fn
+
+
+def _svd_all(x):
+    """Singular values alone, then the reduced and the full factors."""
+    reduced, full = lax_linalg.svd(x, full_matrices=False), lax_linalg.svd(x, full_matrices=True)
+    return lax_linalg.svd(x, compute_uv=False), *reduced, *full
 
 
 def _svd_abs(x):
@@ -237,6 +258,13 @@ def _svd_abs(x):
             _svd_parts(True),
             [("M", "N")],
             dim_sizes={"M": (4, 2, 3), "N": (2, 3, 3)},
+        ),
+        # no singular values; the full factors of an m x 0 (0 x n) matrix are u = I (vt = I)
+        case("linalg_svd_empty", _each(_svd_all), [(0, 0), (3, 0, 0), (0, 2, 3)], **_EMPTY),
+        case("linalg_svd_no_columns", _each(_svd_all), [(4, 0), (2, 3, 0)], **_EMPTY),
+        case("linalg_svd_no_rows", _each(_svd_all), [(0, 3), (2, 0, 4)], **_EMPTY),
+        complex_case(
+            "linalg_svd_empty_complex", _each(_svd_all), [(0, 0), (4, 0), (2, 0, 3)], **_EMPTY
         ),
     ],
 )

@@ -47,7 +47,8 @@ each vector's largest entry). Matrix dimensions may be symbolic (every loop
 then runs as an ONNX ``Loop`` and the iteration cap is computed from the
 shape); so may batch dimensions.
 
-Not done: ``schur`` with ``sort_eig_vals``/``select_callable``.
+Not done: ``schur`` with ``sort_eig_vals``/``select_callable``; ``hessenberg`` of ``0 x 0``
+matrices (JAX's own ``taus`` shape is ``(..., -1)``, which no backend runs).
 """
 
 from __future__ import annotations
@@ -146,6 +147,30 @@ def _eig_reconstruct(x):
     return (v * w[..., None, :]) @ jnp.linalg.inv(v)
 
 
+def _eig_all(x):
+    """Every form of ``eig``: with both, either or neither kind of eigenvector."""
+    flags = [(True, True), (True, False), (False, True), (False, False)]
+    return tuple(
+        out
+        for left, right in flags
+        for out in lax_linalg.eig(
+            x, compute_left_eigenvectors=left, compute_right_eigenvectors=right
+        )
+    )
+
+
+def _schur_both(x):
+    return (*lax_linalg.schur(x), *lax_linalg.schur(x, compute_schur_vectors=False))
+
+
+def _each(fn):
+    """``fn`` of every input, its outputs in one flat tuple."""
+    return lambda *xs: tuple(out for x in xs for out in fn(x))
+
+
+_EMPTY = {"no_unused_inputs": False}  # an empty matrix has no entries to read
+
+
 def _complex_cases(name, fn, shapes, **kw):
     return case(name, fn, shapes, dtypes=[np.complex64] * len(shapes), input_range=(-1, 1), **kw)
 
@@ -189,6 +214,10 @@ def _roots(c):
             dim_sizes={"N": (3, 1, 4)},
             constraints=["N <= 6"],
         ),
+        # no eigenvalues: empty w, vl and vr as JAX gives them, and an empty batch
+        case("linalg_eig_empty", _each(_eig_all), [(0, 0), (3, 0, 0)], **_EMPTY),
+        case("linalg_eig_empty_batch", _each(_eig_all), [(0, 4, 4)], **_EMPTY),
+        _complex_cases("linalg_eig_empty_complex", _each(_eig_all), [(0, 0), (0, 3, 3)], **_EMPTY),
     ],
 )
 def eig(ctx, x, *, compute_left_eigenvectors, compute_right_eigenvectors, **_):
@@ -367,6 +396,12 @@ def _real_cases(name, fn, shapes, **kw):
             dim_sizes={"N": (3, 1, 5)},
             constraints=["N <= 6"],
         ),
+        _complex_cases(  # an empty batch (that one crashed), and 0 x 0 matrices
+            "linalg_schur_empty_batch_complex",
+            _each(_schur_both),
+            [(0, 4, 4), (0, 0), (3, 0, 0)],
+            **_EMPTY,
+        ),
     ],
 )
 def schur(ctx, x, *, compute_schur_vectors, sort_eig_vals=False, select_callable=None, **_):
@@ -415,6 +450,11 @@ def schur(ctx, x, *, compute_schur_vectors, sort_eig_vals=False, select_callable
 def hessenberg(ctx, x):
     """Decomposed: LAPACK gehd2's Householder reduction step for step (masked
     rank-one updates), reflectors packed below the subdiagonal with their ``taus``."""
+    if ctx.avals_in[0].shape[-1] == 0:
+        raise ctx.error(
+            "hessenberg of 0 x 0 matrices is not supported: JAX gives their taus the shape "
+            f"{ctx.avals_out[1].str_short()}, which no backend can run (JAX's CPU fails too)."
+        )
     return ctx.decompose(_linalg_schur.gehrd, x)
 
 

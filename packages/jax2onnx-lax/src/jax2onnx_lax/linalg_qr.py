@@ -90,6 +90,17 @@ def _qr(mode):
             lambda x: tuple(scipy_linalg().qr(x, pivoting=True)),
             [(4, 4)],
         ),
+        case(  # JAX's pivots of a matrix without rows are all 0, not 0 .. n - 1
+            "scipy_linalg_qr_pivoting_empty",
+            lambda *xs: tuple(
+                out
+                for x in xs
+                for mode in ("full", "economic")
+                for out in scipy_linalg().qr(x, pivoting=True, mode=mode)
+            ),
+            [(0, 3), (2, 0, 4), (4, 0), (0, 0)],
+            no_unused_inputs=False,  # no entries to read
+        ),
     ],
 )
 def qr(ctx, x, *, full_matrices, pivoting=False, **_):

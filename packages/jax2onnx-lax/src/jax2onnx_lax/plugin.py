@@ -24,6 +24,7 @@ FAMILIES = (
     "dynamic_cases",
     "fft",
     "fft_cases",
+    "folds",
     "gamma",
     "gather",
     "image",

@@ -4,12 +4,11 @@ ONNX Runtime's reduce kernels cover few dtypes (ReduceSum/ReduceProd: f16, f32,
 f64, i32, i64; ReduceMax/ReduceMin/ArgMax/ArgMin: also i8 and u8), so other
 dtypes are computed in a wider type where that is exact and cast back. Its
 ReduceMax/ReduceMin/ArgMax/ArgMin skip NaNs (unlike JAX), so float inputs get an
-explicit NaN check.
+explicit NaN check. The generic ``lax.reduce`` (a reducer of the user's) is in
+:mod:`jax2onnx_lax.folds`.
 """
 
 from __future__ import annotations
-
-import functools
 
 import jax
 import jax.numpy as jnp
@@ -445,100 +444,6 @@ def argmax(ctx, x, reduce, *, axes, index_dtype):
 def argmin(ctx, x, reduce, *, axes, index_dtype):
     """ArgMin, with a Where picking the first NaN (ArgMax of an IsNaN mask) like JAX."""
     return _arg(ctx, reduce, "ArgMin", x, axes, index_dtype)
-
-
-# -- generic reduce with a custom body ----------------------------------------------
-
-_MONOIDS = {
-    "add": (lax.reduce_sum_p, lax.add),
-    "mul": (lax.reduce_prod_p, lax.mul),
-    "max": (lax.reduce_max_p, lax.max),
-    "min": (lax.reduce_min_p, lax.min),
-    "and": (lax.reduce_and_p, lax.bitwise_and),
-    "or": (lax.reduce_or_p, lax.bitwise_or),
-    "xor": (lax.reduce_xor_p, lax.bitwise_xor),
-}
-
-
-def _monoids(ctx, body, n):
-    """The monoid op of each operand, when output k is ``op(acc_k, x_k)``; else an error."""
-    names = []
-    produced = {id(v): e for e in body.eqns for v in e.outvars}
-    for k, out in enumerate(body.outvars):
-        eqn = produced.get(id(out))
-        wanted = {id(body.invars[k]), id(body.invars[n + k])}
-        if (
-            eqn is None
-            or eqn.primitive.name not in _MONOIDS
-            or {id(v) for v in eqn.invars} != wanted
-        ):
-            ops = " -> ".join(e.primitive.name for e in body.eqns) or "no op"
-            raise ctx.error(
-                f"the reducer body ({ops}) is not one of add/mul/max/min/and/or/xor applied "
-                f"to operand {k} and its accumulator; ONNX has no general reduction"
-            )
-        names.append(eqn.primitive.name)
-    return names
-
-
-def _reduce(x, init, *, prim, combine, axes):
-    return combine(
-        prim.bind(x, axes=axes, **({} if prim in _NO_SHARDING else {"out_sharding": None})), init
-    )
-
-
-_NO_SHARDING = {lax.reduce_and_p, lax.reduce_or_p, lax.reduce_xor_p}
-
-
-@family.lowering(
-    "reduce",
-    cases=lambda: [
-        case("add_init_one", lambda x: lax.reduce(x, 1.0, lax.add, (0,)), [("B", 4)]),
-        case(
-            "max_and_sum_pair",
-            lambda x, y: lax.reduce(
-                (x, y),
-                (-jnp.inf, np.int32(0)),
-                lambda a, b: (lax.max(a[0], b[0]), lax.add(a[1], b[1])),
-                (1,),
-            ),
-            [("B", 5), ("B", 5)],
-            dtypes=[None, np.int32],
-        ),
-        case(
-            "mul_int",
-            lambda x: lax.reduce(x, np.int32(2), lax.mul, (0, 1)),
-            [np.array([[1, 2], [3, -1]], np.int32)],
-        ),
-        case(
-            "min_runtime_init",
-            lambda x, i: lax.reduce(x, i, lax.min, (0,)),
-            [(3, 4), ()],
-            variants=_HALF_VARIANTS,
-        ),
-        case(
-            "or_bool",
-            lambda x: lax.reduce(x, False, lax.bitwise_or, (1,)),
-            [np.array([[True, False], [False, False]])],
-        ),
-    ],
-)
-def reduce(ctx, *operands, jaxpr, dimensions, **_):
-    """Generic ``lax.reduce`` whose body is a monoid per operand (add, mul, max, min,
-    and, or, xor): the matching reduce_* primitive, combined once with the init value.
-    Lowered by inlining that JAX computation, so the reduce_* lowerings (kernel gaps,
-    NaN semantics, opset forms) apply unchanged.
-    """
-    n = len(operands) // 2
-    body = getattr(jaxpr, "jaxpr", jaxpr)
-    outs = []
-    for k, name in enumerate(_monoids(ctx, body, n)):
-        prim, combine = _MONOIDS[name]
-        fn = functools.partial(_reduce, prim=prim, combine=combine, axes=tuple(dimensions))
-        closed = ctx.trace(fn, ctx.avals_in[k], ctx.avals_in[n + k])
-        (out,) = ctx.inline(closed, [operands[k], operands[n + k]])
-        outs.append(out)
-    return outs
 
 
 register = family.register

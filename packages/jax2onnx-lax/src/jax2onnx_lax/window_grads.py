@@ -82,8 +82,47 @@ def _keep(ctx, select_prim):
     raise ctx.error(f"select_prim {select_prim} is not supported (only ge and le)")
 
 
-def _select_fill(select_prim, dtype):
-    return np.asarray(-np.inf if select_prim is lax.ge_p else np.inf, dtype)
+def _select_fill(select_prim, dtype, work=None):
+    """The padding value of the selection, as XLA pads: the identity of max (ge) or min
+    (le) of ``dtype`` (-inf, the lowest integer, False ...), in the ``work`` dtype.
+    A window whose values all equal it selects the padding first, dropping its source."""
+    dtype = np.dtype(dtype)
+    ge = select_prim is lax.ge_p
+    if dtype == np.bool_:
+        value = not ge
+    elif np.issubdtype(dtype, np.integer):
+        value = np.iinfo(dtype).min if ge else np.iinfo(dtype).max
+    else:
+        value = -np.inf if ge else np.inf
+    return np.asarray(value, work or dtype)
+
+
+# select_and_scatter_add on narrow integers and bool: selected and summed in a wider
+# integer (order and wrap-around sums kept; bool sums are "any"), then cast back
+_WORK = {
+    np.dtype(np.bool_): np.dtype(np.int32),
+    np.dtype(np.int8): np.dtype(np.int32),
+    np.dtype(np.uint8): np.dtype(np.int32),
+    np.dtype(np.int16): np.dtype(np.int32),
+    np.dtype(np.uint16): np.dtype(np.int32),
+    np.dtype(np.uint32): np.dtype(np.int64),
+}
+
+
+def _widened(rule):
+    """``rule(ctx, source, operand, dtype=..., **params)`` run in the work dtype of the
+    operands (see ``_WORK``), its result cast back."""
+
+    def lower(ctx, source, operand, **params):
+        dtype = np.dtype(ctx.avals_in[1].dtype)
+        work = _WORK.get(dtype, dtype)
+        if work == dtype:
+            return rule(ctx, source, operand, dtype=dtype, **params)
+        source, operand = ctx.cast(source, work), ctx.cast(operand, work)
+        return ctx.cast(rule(ctx, source, operand, dtype=work, **params), dtype)
+
+    lower.__name__, lower.__doc__ = rule.__name__, rule.__doc__
+    return lower
 
 
 def select_and_gather_add(
@@ -124,7 +163,7 @@ def select_and_gather_add(
     return best_t
 
 
-def _selection(ctx, operand, select_prim, windows, strides, padding):
+def _selection(ctx, operand, select_prim, windows, strides, padding, dtype):
     """XLA's selection per window: the offset number it picks, padded shape, offsets, axes.
 
     The window's first element, then move on where ``not select(best, v)``: a
@@ -132,7 +171,7 @@ def _selection(ctx, operand, select_prim, windows, strides, padding):
     number of the window offset (row-major) it stands on.
     """
     keep = _keep(ctx, select_prim)
-    fill = _select_fill(select_prim, ctx.avals_in[1].dtype)
+    fill = _select_fill(select_prim, ctx.avals_in[1].dtype, dtype)
     shape = list(ctx.avals_in[1].shape)
     out_shape = list(ctx.avals_in[0].shape)
     v, pshape = _pad(ctx, operand, shape, padding, fill)
@@ -146,12 +185,12 @@ def _selection(ctx, operand, select_prim, windows, strides, padding):
             best, index = vk, ctx.op.Expand(np.int64(0), ctx.shape(out_shape))
             continue
         moved = ctx.op.Not(keep(best, vk))
-        best, index = ctx.op.Where(moved, vk, best), ctx.op.Where(moved, np.int64(n), index)
+        best, index = ctx.where(moved, vk, best, dtype), ctx.op.Where(moved, np.int64(n), index)
     return index, pshape, offsets, axes
 
 
 def select_and_scatter_add(
-    ctx, source, operand, *, select_prim, window_dimensions, window_strides, padding
+    ctx, source, operand, *, select_prim, window_dimensions, window_strides, padding, dtype
 ):
     """Each window's source value added at the operand's selected element.
 
@@ -172,12 +211,12 @@ def select_and_scatter_add(
             window_dimensions=window_dimensions,
             window_strides=window_strides,
             padding=padding,
+            dtype=dtype,
         )
-    dtype = ctx.avals_in[1].dtype
     strides = window_strides
     padding = [(int(lo), int(hi)) for lo, hi in padding]
     index, pshape, offsets, axes = _selection(
-        ctx, operand, select_prim, window_dimensions, strides, padding
+        ctx, operand, select_prim, window_dimensions, strides, padding, dtype
     )
     out_shape = list(ctx.avals_in[0].shape)
     lead = [a for a in range(len(pshape)) if a not in axes]
@@ -207,7 +246,7 @@ def select_and_scatter_add(
 
 
 def select_and_scatter_add_by_offset(
-    ctx, source, operand, *, select_prim, window_dimensions, window_strides, padding
+    ctx, source, operand, *, select_prim, window_dimensions, window_strides, padding, dtype
 ):
     """select_and_scatter_add without ScatterElements' reduction (opsets 13..15), exact.
 
@@ -219,10 +258,9 @@ def select_and_scatter_add_by_offset(
     operand element, a later window reaches it with a smaller offset, so this
     adds each element's sources in window order, from 0, as XLA does.
     """
-    dtype = ctx.avals_in[1].dtype
     zero = np.asarray(0, dtype)
     index, pshape, offsets, axes = _selection(
-        ctx, operand, select_prim, window_dimensions, window_strides, padding
+        ctx, operand, select_prim, window_dimensions, window_strides, padding, dtype
     )
     out_shape = list(ctx.avals_in[0].shape)
     source, dshape = dilate(ctx, source, out_shape, window_strides, zero)
@@ -259,6 +297,37 @@ def _weighted_grad(x, w):
     return jax.vjp(pool, x)[1](w)[0]
 
 
+def _scatter_bound(select_prim=lax.ge_p):
+    """select_and_scatter_add bound directly (JAX defines it for every dtype; only float
+    gradients reach it through jax.grad): overlapping windows, padding on one side."""
+    return lambda t, x: lax.select_and_scatter_add_p.bind(
+        t,
+        x,
+        select_prim=select_prim,
+        window_dimensions=(1, 3),
+        window_strides=(1, 2),
+        padding=((0, 0), (1, 0)),
+    )
+
+
+_TIES_INT = (np.arange(14) * 7 % 5).reshape(2, 7)  # repeated values: ties pick the first
+
+
+def _int_scatter_cases(opset=None):
+    prefix = "opset13_" if opset else ""
+    cases = [
+        case(
+            f"{prefix}scatter_{np.dtype(d).name}",
+            _scatter_bound(lax.le_p if d == np.uint32 else lax.ge_p),
+            [_TIES_INT.astype(d)[:, :3] * 40, _TIES_INT.astype(d)],  # int8 sums wrap
+            opset=opset,
+        )
+        for d in (np.int8, np.uint8, np.int16, np.uint32, np.int32)
+    ]
+    bools = [_TIES_INT[:, :3] % 2 == 0, _TIES_INT % 3 == 0]
+    return [*cases, case(f"{prefix}scatter_bool", _scatter_bound(), bools, opset=opset)]
+
+
 # symbolic image sizes: the static variant at 6 x 6, then odd, even and 1
 _BHW = ("B", "H", "W", 3)
 _SIZES = {"B": (2, 1, 2, 3), "H": (6, 7, 4, 1), "W": (6, 5, 8, 3)}
@@ -290,6 +359,7 @@ family.lowering(
         case("opset13_min_pool_grad", _max_pool_grad(min_pool), [NHWC], opset=13),
         case("opset13_max_pool_grad_edges", _max_pool_grad(_pool_1d), [EDGES], opset=13),
         case("opset13_sum_order", _weighted_grad, opset=13, **_SUM_ORDER),
+        *_int_scatter_cases(opset=13),
         case(
             "opset13_max_pool_grad_symbolic",
             _max_pool_grad(),
@@ -298,7 +368,7 @@ family.lowering(
             dim_sizes=_SIZES,
         ),
     ],
-)(select_and_scatter_add_by_offset)
+)(_widened(select_and_scatter_add_by_offset))
 
 family.lowering(
     lax.select_and_scatter_add_p,
@@ -314,6 +384,7 @@ family.lowering(
         case("max_pool_grad_1d", _max_pool_grad(_pool_1d), [(8,)]),
         case("max_pool_grad_edges", _max_pool_grad(_pool_1d), [EDGES]),
         case("sum_order", _weighted_grad, **_SUM_ORDER),
+        *_int_scatter_cases(),
         # images of any size: SAME padding computed from H and W (odd and even), by offset
         case("max_pool_grad_symbolic", _max_pool_grad(), [_BHW], dim_sizes=_SIZES),
         case(
@@ -324,7 +395,7 @@ family.lowering(
         ),
         case("min_pool_grad_symbolic", _max_pool_grad(min_pool), [_BHW], dim_sizes=_SIZES),
     ],
-)(select_and_scatter_add)
+)(_widened(select_and_scatter_add))
 
 family.lowering(
     lax.select_and_gather_add_p,

@@ -8,7 +8,9 @@ op the windowed axes become the trailing spatial axes of an (N, C, ...) layout
 max, a depthwise Conv with a ones kernel for float32/float16/bfloat16 sums. Every other
 case is the general form: per windowed axis, one strided Slice per window
 offset, folded with Max/Min/Add/Mul, which is exact for every dtype ORT has
-those ops for (16-bit ints widen to int32, bool to uint8).
+those ops for (16-bit ints widen to int32, bool to uint8). A generic reduce_window
+whose reducer is not one such op, or that has several operands, is folded window
+by window in XLA's order (:mod:`jax2onnx_lax.folds`, which has the complex rules).
 
 The gradients of window reductions (select_and_scatter_add, select_and_gather_add)
 are in :mod:`jax2onnx_lax.window_grads`; they share the layout helpers here
@@ -25,6 +27,7 @@ from jax import lax
 
 from jax2onnx.plugin import Family, case, is_symbolic
 from jax2onnx_lax.blocks import nan_exact_max_pool
+from jax2onnx_lax.folds import window_fold
 
 family = Family("lax")
 
@@ -329,11 +332,11 @@ def _specialised(kind):
     return rule
 
 
-def _body_kind(ctx, jaxpr):
-    """The reducer of a generic reduce_window: one add/mul/max/min (or/and on bool)."""
+def _body_kind(jaxpr):
+    """The reducer of a generic reduce_window when it is one add/mul/max/min (or/and on
+    bool) of its two arguments, else None."""
     inner = getattr(jaxpr, "jaxpr", jaxpr)
     eqns = inner.eqns
-    names = " -> ".join(e.primitive.name for e in eqns) or "no operation"
     if (
         len(eqns) != 1
         or eqns[0].primitive.name not in _BODY
@@ -341,20 +344,18 @@ def _body_kind(ctx, jaxpr):
         or len(inner.outvars) != 1
         or inner.outvars[0] is not eqns[0].outvars[0]
     ):
-        raise ctx.error(
-            f"reduce_window with the reducer ({names}) has no ONNX form; only a single "
-            "add, mul, max or min of the two reducer arguments (or/and on bool) is supported"
-        )
+        return None
     return _BODY[eqns[0].primitive.name]
 
 
 def reduce_window(ctx, *args, jaxpr, consts, **params):
     """Generic reduce_window whose reducer is one add/mul/max/min: the specialised form,
-    with an initial value other than the identity combined into every result."""
-    if len(args) != 2:
-        raise ctx.error(f"reduce_window over {len(args) // 2} operands is not supported")
+    with an initial value other than the identity combined into every result. Other
+    reducers, and several operands, are folded over each window (:mod:`jax2onnx_lax.folds`)."""
+    kind = _body_kind(jaxpr) if len(args) == 2 else None
+    if kind is None:
+        return window_fold(ctx, *args, jaxpr=jaxpr, consts=consts, **params)
     x, init = args
-    kind = _body_kind(ctx, jaxpr)
     dtype = np.dtype(ctx.avals_in[0].dtype)
     identity = _identity(kind, dtype)
     if init.const_value is not None:
