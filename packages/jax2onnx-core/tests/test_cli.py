@@ -177,6 +177,30 @@ def test_convert_bfloat16_inputs_with_and_without_native_half_precision(
 
 
 @pytest.mark.parametrize(
+    ("dtype", "flags", "stored"),
+    [
+        ("complex64", (), "float32[N, 2]"),  # 32-bit parts: no --double needed
+        ("complex64", ("--double",), "float32[N, 2]"),
+        ("complex128", ("--double",), "float64[N, 2]"),
+        ("float64", ("--double",), "float64[N]"),
+    ],
+)
+def test_convert_complex_and_double_inputs(capsys, model_file, tmp_path, dtype, flags, stored):
+    out_path = tmp_path / "add.onnx"
+    args = (f"{model_file}:add", "-i", "N", "-i", "N", "--dtype", dtype, *flags)
+    code, out, err = _convert(capsys, *args, "-o", out_path)
+    assert code == 0, err
+    assert f"in_0: {stored}" in out and f"out_0: {stored}" in out
+
+
+def test_dtype_help_says_which_dtypes_need_double(capsys):
+    with pytest.raises(SystemExit):
+        cli.build_parser().parse_args(["convert", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "float64 and complex128 need --double" in text
+
+
+@pytest.mark.parametrize(
     ("args", "message"),
     [
         (["{file}:mlp", "--input", "B,3.5"], "not a valid symbolic dimension"),
@@ -190,6 +214,8 @@ def test_convert_bfloat16_inputs_with_and_without_native_half_precision(
         (["{file}:mlp", "--input", "B,30", "--opset", "99"], "opset 99"),
         (["{file}:mlp", "--input", "B,30", "--dtype", "float33"], "float33"),
         (["{file}:mlp", "--input", "B,30", "--dtype", "float64"], "--double"),
+        (["{file}:add", "-i", "2", "-i", "2", "--dtype", "complex128"], "--double"),
+        (["{file}:add", "-i", "2", "-i", "2", "--dtype", "f4", "--dtype", "c16"], "--double"),
         (
             ["{file}:add", "-i", "2", "-i", "2", "-i", "2", "--dtype", "f4", "--dtype", "f4"],
             "2 --dtype for 3 --input",

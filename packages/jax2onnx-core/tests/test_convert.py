@@ -20,7 +20,7 @@ from jax.extend.core import Primitive
 
 import jax2onnx
 from jax2onnx import to_onnx
-from jax2onnx.errors import UnsupportedPrimitiveError
+from jax2onnx.errors import LoweringError, UnsupportedPrimitiveError, UsageError
 from jax2onnx.plugin import Rules
 
 THIS_FILE = pathlib.Path(__file__).name
@@ -280,6 +280,118 @@ def test_missing_jax_primitive_names_the_distribution_that_provides_it():
     with_lax = PluginSet.load(environ={"JAX2ONNX_PLUGINS": "lax"})
     with pytest.raises(UnsupportedPrimitiveError, match="jax2onnx-lax .* is installed but"):
         check_supported(closed, Registry([]), with_lax)
+
+
+# -- record_primitive_calls_file -------------------------------------------------------
+
+
+def _recorded(path) -> list[str]:
+    return [line.split("\t")[0] for line in path.read_text().splitlines()]
+
+
+def test_record_file_is_written_when_a_primitive_has_no_lowering(tmp_path):
+    record = tmp_path / "calls.tsv"
+    record.write_text("stale\tfrom an earlier run\n")
+    with pytest.raises(UnsupportedPrimitiveError, match="test_core_mystery"):
+        to_onnx(uses_missing_primitives, [("B", 3)], record_primitive_calls_file=record)
+    calls = _recorded(record)
+    assert calls == ["test_core_mystery", "tanh", "test_core_mystery", "test_core_other"]
+    assert f"{THIS_FILE}:" in record.read_text()
+
+
+def test_record_file_holds_what_was_traced_before_the_function_failed(tmp_path):
+    def fails_inside_a_scan(x):
+        y = jnp.sin(x)
+
+        def body(carry, _):
+            carry = jnp.cos(carry)
+            raise RuntimeError("the user's own error")
+
+        return jax.lax.scan(body, y, None, length=2)
+
+    record = tmp_path / "calls.tsv"
+    record.write_text("stale\tfrom an earlier run\n")
+    with pytest.raises(RuntimeError, match="the user's own error"):
+        to_onnx(fails_inside_a_scan, [("B", 3)], record_primitive_calls_file=record)
+    assert _recorded(record) == ["sin", "cos"]
+
+
+def test_record_file_is_written_when_jax_rejects_the_function(tmp_path):
+    def mismatched(x):
+        return jnp.tanh(x) @ jnp.ones((4, 2))  # (B, 3) @ (4, 2)
+
+    record = tmp_path / "calls.tsv"
+    with pytest.raises(TypeError):
+        to_onnx(mismatched, [("B", 3)], record_primitive_calls_file=record)
+    assert _recorded(record)[0] == "tanh"
+
+
+def test_record_file_is_written_when_a_lowering_fails(tmp_path):
+    rules = Rules("test_failing")
+
+    @rules.lowering(square_p)
+    def failing(ctx, x):
+        raise RuntimeError("this rule fails")
+
+    record = tmp_path / "calls.tsv"
+    with pytest.raises(LoweringError):
+        to_onnx(
+            lambda x: square_p.bind(jnp.exp(x)),
+            [(3,)],
+            record_primitive_calls_file=record,
+            extra_rules=rules,
+        )
+    assert _recorded(record) == ["exp", "test_core_square"]
+
+
+# -- what fn returns -------------------------------------------------------------------
+
+
+def returns_nothing(x):
+    jnp.sin(x)
+
+
+@pytest.mark.parametrize("fn", [returns_nothing, lambda x: (), lambda x: {"a": None}])
+def test_a_function_returning_no_array_is_refused(fn):
+    with pytest.raises(UsageError) as info:
+        to_onnx(fn, [(3,)])
+    message = str(info.value)
+    name = fn.__name__
+    assert f"fn {name}(x)" in message
+    assert "must return" in message and "array" in message
+    assert "flat" not in message  # not our wrapper
+    if fn is returns_nothing:
+        assert "returned None" in message
+
+
+class NotAnArray:
+    def __repr__(self):
+        return "NotAnArray()"
+
+
+def returns_a_string(x):
+    return x + 1, "done"
+
+
+def returns_an_object(x):
+    return {"y": x, "meta": NotAnArray()}
+
+
+@pytest.mark.parametrize(
+    ("fn", "what"),
+    [
+        (returns_a_string, "output [1] is a str ('done')"),
+        (returns_an_object, "output ['meta'] is a NotAnArray (NotAnArray())"),
+        (lambda x: "text", "returned a str ('text')"),
+    ],
+)
+def test_a_function_returning_a_non_array_is_named(fn, what):
+    with pytest.raises(UsageError) as info:
+        to_onnx(fn, [(3,)])
+    message = str(info.value)
+    assert f"fn {fn.__qualname__}(x)" in message
+    assert what in message
+    assert "flat" not in message and "tracing.py" not in message
 
 
 # -- extra_rules -----------------------------------------------------------------------

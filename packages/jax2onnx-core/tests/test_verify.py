@@ -58,6 +58,11 @@ def test_a_correct_conversion_verifies():
     assert "no equation departs" in report.summary()
 
 
+def test_shape_tuples_draw_float64_data_with_double_precision():
+    report = verify(lambda x: jnp.sin(x) * 2, [("B", 3)], enable_double_precision=True)
+    assert report.ok, report.summary()
+
+
 def test_a_wrong_lowering_is_named_with_its_source_line():
     report = verify(mlp, [_x()], extra_rules=_tanh_off_by(1e-3))
     assert not report.ok

@@ -182,7 +182,9 @@ def to_onnx(
             become 32-bit, as in JAX's default mode.
         record_primitive_calls_file: a file to write one line per traced
             primitive to (name, input and output avals, params, source
-            line), nested jaxprs included; for writing test cases.
+            line), nested jaxprs included; for writing test cases. It is
+            written when the conversion fails too, with the primitives
+            traced before the error (all of them when tracing finished).
         return_mode: ``"proto"`` returns an ``onnx.ModelProto``, ``"ir"`` an
             ``onnx_ir.Model``, ``"file"`` writes the model to ``output_path``
             (atomically) and returns the path.
@@ -265,7 +267,8 @@ def to_onnx(
         jax2onnx.plugin.Jax2OnnxError: the conversion failed:
             ``UnsupportedPrimitiveError`` lists every primitive no loaded
             plugin lowers; ``LoweringError`` names the rule that failed and
-            the user's source line.
+            the user's source line; ``UsageError`` names ``fn`` when it
+            returns no array (``None``) or something that is not an array.
         Exception: what ``fn`` raises while it is traced propagates
             unchanged, as do JAX's errors about it (``x * y`` on shapes that
             do not broadcast) and ``OSError`` from writing the file. A failed

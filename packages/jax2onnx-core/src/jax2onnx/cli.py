@@ -46,6 +46,10 @@ EXIT_USAGE = 2
 
 _HISTOGRAM_TOP = 10
 
+# dtypes with 64-bit float parts: they need --double, without it JAX narrows them (complex64
+# has float32 parts and, like float32, needs none)
+_NARROWED = {"float64": "float32", "complex128": "complex64"}
+
 
 @dataclasses.dataclass(frozen=True)
 class _InputSpec:
@@ -300,8 +304,13 @@ def _target(args: argparse.Namespace) -> tuple[Any, list[_InputSpec], dict[str, 
         raise UsageError("give the input shapes with --input, e.g. --input B,30")
     shapes = [parse_shape(text) for text in args.input]
     dtypes = parse_dtypes(args.dtype, len(shapes))
-    if any(d.itemsize == 8 and d.kind in "fc" for d in dtypes) and not args.double:
-        raise UsageError("64-bit float inputs need --double (enable_double_precision)")
+    wide = [d for d in dtypes if d.name in _NARROWED]
+    if wide and not args.double:
+        name = wide[0].name
+        raise UsageError(
+            f"--dtype {name} needs --double (enable_double_precision); without it the "
+            f"input would be narrowed to {_NARROWED[name]}"
+        )
     params = dict(parse_param(text) for text in args.input_param or ())
     obj = load_target(args.target)
     fn = resolve_function(obj, len(shapes), list(params), args.factory)
@@ -399,7 +408,8 @@ def _target_options(command: argparse.ArgumentParser) -> None:
         "--dtype",
         action="append",
         metavar="DTYPE",
-        help="NumPy dtype of the inputs: once for all, or once per --input (default float32)",
+        help="NumPy dtype of the inputs: once for all, or once per --input (default "
+        "float32); float64 and complex128 need --double",
     )
     command.add_argument(
         "--input-param",
@@ -408,7 +418,11 @@ def _target_options(command: argparse.ArgumentParser) -> None:
         help="a keyword argument that becomes a scalar graph input named NAME",
     )
     command.add_argument("--opset", type=int, default=23, help="target ONNX opset (default 23)")
-    command.add_argument("--double", action="store_true", help="enable_double_precision")
+    command.add_argument(
+        "--double",
+        action="store_true",
+        help="enable_double_precision: keep 64-bit types (needed for float64 and complex128)",
+    )
     factory = command.add_mutually_exclusive_group()
     factory.add_argument(
         "--factory",

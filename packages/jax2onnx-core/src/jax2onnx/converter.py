@@ -242,9 +242,14 @@ def convert(
                 input_names=options.input_names,
                 arg_names=specs.positional_names(target),
             )
-            closed, out_shapes = tracing.trace(target, input_specs, registry, plugin_set)
-            if options.record_primitive_calls_file is not None:
-                tracing.record_calls(closed, options.record_primitive_calls_file)
+            closed, out_shapes = tracing.trace(
+                target,
+                input_specs,
+                registry,
+                plugin_set,
+                described=specs.describe_fn(fn),
+                record=options.record_primitive_calls_file,
+            )
         with step("lower", report_times):
             in_names = [*input_specs.names, *(k for k, _ in input_specs.params)]
             out_names = specs.output_names(out_shapes, options.output_names, in_names)

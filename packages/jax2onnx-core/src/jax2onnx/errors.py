@@ -56,8 +56,10 @@ class NonDifferentiableError(Jax2OnnxError, TypeError):
 
 
 class UsageError(Jax2OnnxError):
-    """A problem with what a command-line user asked for (exit status 2).
+    """A problem with what a user asked for (on the command line: exit status 2).
 
     A plugin's command (``jax2onnx_commands``) raises it for a bad argument;
     the ``jax2onnx`` command prints the message and exits with status 2.
+    ``to_onnx`` raises it when ``fn`` returns no array (``None``) or something
+    that is not an array, naming the function and what it returned.
     """

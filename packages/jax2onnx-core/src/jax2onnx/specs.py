@@ -451,6 +451,38 @@ def check_names(argument: str, names: Any) -> list[str] | None:
     return names
 
 
+def _shown(fn: Any, signature: inspect.Signature | None) -> str:
+    """``fn name(params)``: the user's function as messages name it (no annotations)."""
+    label = getattr(fn, "__qualname__", None) or getattr(fn, "__name__", None)
+    name = label if isinstance(label, str) else type(fn).__name__
+    if signature is None:
+        return f"fn {name}"
+    kind = inspect.Parameter
+    plain = signature.replace(
+        parameters=[p.replace(annotation=kind.empty) for p in signature.parameters.values()],
+        return_annotation=kind.empty,
+    )
+    try:
+        return f"fn {name}{plain}"
+    except Exception:  # a default whose repr fails (a module bound as a lambda default ...)
+        return f"fn {name}"
+
+
+def describe_fn(fn: Any) -> str:
+    """The user's ``fn`` for an error message: ``fn name(params)`` and, for a function,
+    where it is defined (``fn <lambda>(x) defined at model.py:12``)."""
+    try:
+        signature = inspect.signature(fn, follow_wrapped=False)
+    except Exception:  # builtins, C extensions, objects with a dynamic __call__
+        signature = None
+    shown = _shown(fn, signature)
+    try:
+        code = inspect.unwrap(fn).__code__
+    except Exception:  # not a Python function (a module, a callable object, a builtin)
+        return shown
+    return f"{shown} defined at {code.co_filename}:{code.co_firstlineno}"
+
+
 def check_call(fn: Any, count: int, keywords: Sequence[str]) -> None:
     """Raise a ValueError naming ``inputs``/``input_params`` when ``fn`` cannot take them.
 
@@ -466,16 +498,7 @@ def check_call(fn: Any, count: int, keywords: Sequence[str]) -> None:
         return
     kind = inspect.Parameter
     parameters = list(signature.parameters.values())
-    label = getattr(fn, "__qualname__", None) or getattr(fn, "__name__", None)
-    plain = signature.replace(
-        parameters=[p.replace(annotation=kind.empty) for p in parameters],
-        return_annotation=kind.empty,
-    )
-    name = label if isinstance(label, str) else type(fn).__name__
-    try:
-        shown = f"fn {name}{plain}"
-    except Exception:  # a default whose repr fails (a module bound as a lambda default ...)
-        shown = f"fn {name}"
+    shown = _shown(fn, signature)
     positional = [
         p for p in parameters if p.kind in (kind.POSITIONAL_ONLY, kind.POSITIONAL_OR_KEYWORD)
     ]

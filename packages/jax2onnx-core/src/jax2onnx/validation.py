@@ -21,17 +21,20 @@ def _is_shape(x: Any) -> bool:
     )
 
 
-def validation_inputs(inputs: Sequence[Any], seed: int = 0) -> list[Any]:
-    """``inputs`` as concrete values: shape tuples become random float32 data (string dims 2).
+def validation_inputs(inputs: Sequence[Any], seed: int = 0, *, double: bool = False) -> list[Any]:
+    """``inputs`` as concrete values: shape tuples become random data (string dims 2).
 
-    Arrays (key arrays too) and pytrees of arrays are kept as they are.
+    The data is float32, or float64 with ``double`` (what ``to_onnx`` exports
+    a shape tuple as with ``enable_double_precision``). Arrays (key arrays
+    too) and pytrees of arrays are kept as they are.
     """
     rng = np.random.default_rng(seed)
+    dtype = np.float64 if double else np.float32
     values = []
     for x in inputs:
         if _is_shape(x):
             shape = [d if isinstance(d, int) else 2 for d in x]
-            values.append(rng.standard_normal(shape).astype(np.float32))
+            values.append(rng.standard_normal(shape).astype(dtype))
         elif isinstance(x, (bool, int, float, complex, np.generic)):
             values.append(np.asarray(x))
         else:
@@ -123,6 +126,32 @@ def _numpy(value: Any) -> np.ndarray:
     size = value.tensor_size_in_bytes()
     raw = bytes((ctypes.c_uint8 * size).from_address(value.data_ptr())) if size else b""
     return np.frombuffer(raw, np.uint16).view(BFLOAT16).reshape(value.shape()).copy()
+
+
+def as_jax(value: Any) -> Any:
+    """``value`` with its NumPy arrays (and NumPy scalars) as JAX arrays of the same dtype.
+
+    What ``fn`` gets in JAX: ``x.at[...]`` and the other ``jax.Array``
+    methods work on it. Call it under the precision the model was exported
+    with (``jax.enable_x64``): without 64-bit types JAX narrows them, as
+    ``to_onnx`` does. Key arrays, JAX arrays, Python numbers and other
+    leaves are kept as they are.
+    """
+    import jax
+    import jax.numpy as jnp
+
+    from jax2onnx.keys import is_extended
+
+    def convert(leaf: Any) -> Any:
+        if not isinstance(leaf, (np.ndarray, np.generic)):
+            return leaf
+        try:
+            return jnp.asarray(leaf)
+        except (TypeError, ValueError):  # strings, objects: fn gets them as they are
+            return leaf
+
+    is_leaf = lambda v: is_extended(getattr(v, "dtype", None))  # noqa: E731
+    return jax.tree_util.tree_map(convert, value, is_leaf=is_leaf)
 
 
 def _key_data_or_array(x: Any) -> np.ndarray:
@@ -258,14 +287,18 @@ def allclose(
             sees it (a module in inference mode).
         onnx_model_path: the model file.
         inputs: concrete arrays (or pytrees of them, as ``fn`` takes them),
-            or shape tuples: random float32 data is drawn, string dims are 2.
+            or shape tuples: random float32 data is drawn (float64 with
+            ``enable_double_precision``), string dims are 2. NumPy arrays
+            reach ``fn`` as JAX arrays of the same dtype.
         input_params: keyword arguments of ``fn``; those that are graph
-            inputs of the model are fed to it by name.
+            inputs of the model are fed to it by name (NumPy arrays reach
+            ``fn`` as JAX arrays).
         rtol: relative tolerance for floating (and complex) outputs.
         atol: absolute tolerance for floating outputs; other outputs must be
             equal. NaNs compare equal to NaNs.
-        enable_double_precision: run JAX with 64-bit types (as the model was
-            exported with ``enable_double_precision=True``).
+        enable_double_precision: run JAX with 64-bit types and draw float64
+            data for shape tuples (as the model was exported with
+            ``enable_double_precision=True``).
         inputs_as_nchw: as given to `to_onnx` (positions or names): these
             ``inputs`` are channels-last as ``fn`` takes them and are moved
             channels-first for the model.
@@ -275,8 +308,9 @@ def allclose(
     Returns:
         ``(matches, message)``; the message says which output differs and by
             how much, and points at `verify` to find the operation where it
-            starts. A model that ONNX Runtime cannot run with these inputs is
-            ``(False, why)``.
+            starts. A model file that ONNX Runtime cannot load (missing,
+            corrupt, an op it has no kernel for) or cannot run with these
+            inputs is ``(False, why)``: the file and ONNX Runtime's reason.
 
     Example:
         ```python
@@ -293,17 +327,24 @@ def allclose(
     from jax2onnx.api import traced_callable
     from jax2onnx.keys import from_parts, is_complex
 
-    xs = validation_inputs(inputs)
+    double = bool(enable_double_precision)
+    xs = validation_inputs(inputs, double=double)
     params = dict(input_params or {})
-    ort_session = session(onnx_model_path)
+    path = os.fspath(onnx_model_path)
+    try:
+        ort_session = session(path)
+    except ImportError:
+        raise
+    except Exception as err:  # missing, corrupt, an op ORT lacks: a failed check, said why
+        return False, f"ONNX Runtime could not load {path!r}: {err}"
     try:
         ort_feed = feed(ort_session, xs, params, inputs_as_nchw)
         got = run_session(ort_session, ort_feed)
     except Exception as err:  # a feed that does not fit the model: a failed check, said why
-        return False, f"ONNX Runtime could not run {os.fspath(onnx_model_path)!r}: {err}"
+        return False, f"ONNX Runtime could not run {path!r}: {err}"
     reference = traced_callable(fn, params)
-    with jax.enable_x64(bool(enable_double_precision)):
-        out = reference(*xs, **params)
+    with jax.enable_x64(double):
+        out = reference(*as_jax(xs), **as_jax(params))
         # key arrays as their key data; complex values stay complex, compared as such
         expected = [_key_data_or_array(x) for x in _leaves([out])]
     names = [o.name for o in ort_session.get_outputs()]

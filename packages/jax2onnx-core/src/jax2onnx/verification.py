@@ -54,8 +54,9 @@ def verify(
     Args:
         fn: what `to_onnx` converts (a function, an NNX or Equinox module ...).
         inputs: concrete values for ``fn``'s positional inputs (arrays or
-            pytrees of them); shape tuples draw random float32 data, with
-            string dimensions 2.
+            pytrees of them); shape tuples draw random float32 data
+            (float64 with ``enable_double_precision``), with string
+            dimensions 2.
         input_params: keyword arguments of ``fn``, as for `to_onnx`; their
             values are used in both runs.
         model: an exported model to check instead of a fresh conversion (a
@@ -94,7 +95,7 @@ def verify(
     for name in ("return_mode", "output_path", "export_mode", "external_data"):
         kwargs.pop(name, None)
     double = bool(kwargs.get("enable_double_precision", False))
-    xs = validation.validation_inputs(inputs)
+    xs = validation.validation_inputs(inputs, double=double)
     params = dict(input_params or {})
     recorder = Recorder()
     result = _convert(api, fn, inputs, params, recorder, kwargs)

@@ -38,6 +38,7 @@ FAMILIES = (
     "ragged",
     "random",
     "reduction",
+    "rng_bits",
     "scatter",
     "shape",
     "sort",

@@ -130,13 +130,15 @@ def iota_2x32_shape(ctx, *, shape):
 
 
 def _impl(ctx, dtype) -> Any:
-    """The PRNG implementation of a key dtype; only threefry2x32 (JAX's default) lowers."""
+    """The PRNG implementation of a key dtype: threefry2x32 (JAX's default), or rbg /
+    unsafe_rbg, whose bits come from lax.rng_bit_generator (rng_bits.py)."""
     impl = getattr(dtype, "_impl", None)  # KeyTy keeps its PRNGImpl there (no public API)
-    if impl is not _jex_random().threefry_prng_impl:
+    r = _jex_random()
+    if all(impl is not i for i in (r.threefry_prng_impl, r.rbg_prng_impl, r.unsafe_rbg_prng_impl)):
         name = getattr(impl, "name", dtype)
         raise ctx.error(
-            f"keys of the {name} PRNG do not convert; only threefry2x32 (JAX's default, "
-            "jax.random.key / PRNGKey without impl=) lowers to ONNX"
+            f"keys of the {name} PRNG do not convert; threefry2x32 (JAX's default, "
+            "jax.random.key / PRNGKey without impl=), rbg and unsafe_rbg lower to ONNX"
         )
     return impl
 
@@ -226,15 +228,14 @@ def random_gamma(ctx, key, a, *, log_space):
 # ---------------------------------------------------------------- XLA's own generators
 
 
-@family.lowering("rng_uniform", "rng_bit_generator")
+@family.lowering("rng_uniform")
 def xla_rng(ctx, *_, **__):
-    """rng_uniform / rng_bit_generator: refused. Their numbers are whatever XLA's backend
-    generator gives (rng_uniform is stateful; RNG_DEFAULT and the state layout of the bit
-    generator are XLA internals), so a graph cannot promise them; jax.random converts."""
+    """rng_uniform: refused. Its numbers are whatever XLA's backend generator gives (it is
+    stateful), so a graph cannot promise them; jax.random and rng_bit_generator convert."""
     raise ctx.error(
-        "XLA's own generators (lax.rng_uniform, lax.rng_bit_generator, 'rbg' keys) give "
-        "backend-defined numbers and do not convert; use jax.random with the default "
-        "threefry2x32 keys, which converts bit-exactly"
+        "XLA's stateful lax.rng_uniform gives backend-defined numbers and does not convert; "
+        "use jax.random (any of its threefry2x32, rbg, unsafe_rbg keys), which converts "
+        "bit-exactly"
     )
 
 

@@ -1,4 +1,5 @@
-"""Activations as libraries write them -> Gelu, HardSigmoid, HardSwish, Softplus, Mish.
+"""Activations as libraries write them -> Gelu, HardSigmoid, HardSwish, Softplus, Mish,
+Relu, Clip (relu6), LeakyRelu.
 
 The functions taken from ``jax.nn`` are captured when this module is
 imported (as ``transformers`` builds ``ACT2FN``), before jax2onnx intercepts
@@ -24,6 +25,9 @@ ACT2FN = {
     "gelu": functools.partial(jax.nn.gelu, approximate=False),
     "gelu_new": jax.nn.gelu,  # approximate=True: the tanh form
     "silu": jax.nn.silu,
+    "relu": jax.nn.relu,  # eqx.nn.MLP(activation=jax.nn.relu), nnx.Sequential(..., nnx.relu)
+    "relu6": jax.nn.relu6,
+    "leaky_relu": functools.partial(jax.nn.leaky_relu, negative_slope=0.2),
 }
 _relu6 = jax.nn.relu6
 _softplus = jax.nn.softplus
@@ -135,6 +139,24 @@ HARD_SWISH = {"HardSwish": 1, "HardSigmoid": 0, "Clip": 0, "Max": 0, "Min": 0, "
 HARD_SIGMOID = {"HardSigmoid": 1, "Clip": 0, "Max": 0, "Min": 0, "Div": 0, "Add": 0}
 SOFTPLUS = {"Softplus": 1, "Exp": 0, "Log": 0, "Where": 0, "Max": 0}
 MISH = {"Mish": 1, "Softplus": 0, "Tanh": 0, "Exp": 0}
+RELU = {"Relu": 1, "Max": 0}
+RELU6 = {"Clip": 1, "Max": 0, "Min": 0, "Relu": 0}
+LEAKY = {"LeakyRelu": 1, "Where": 0, "GreaterOrEqual": 0, "Mul": 0}
+
+
+def clamp_minmax(x):
+    """jnp.minimum(jnp.maximum(x, 0), 2): one Clip."""
+    return jnp.minimum(jnp.maximum(x, 0.0), 2.0)
+
+
+def floor_half(x):
+    """max(x, 0.5) is not a rectifier: the Max stays."""
+    return jnp.maximum(x, 0.5)
+
+
+def leaky_other_threshold(x):
+    """where(x >= 1, x, 0.2 x) is another function: not a LeakyRelu."""
+    return jnp.where(x >= 1.0, x, 0.2 * x)
 
 
 def _fused(name, fn, inputs, counts, input_range=(-8.0, 8.0), **kw):
@@ -184,6 +206,12 @@ def cases():
         *_fused("softplus", lambda x: _softplus(x), batch, SOFTPLUS, input_range=(-30.0, 30.0)),
         case("stable_softplus", stable_softplus, batch, counts=SOFTPLUS, variants=["f32"]),
         *_fused("mish", mish, batch, MISH),
+        # rectifiers captured before the interception: the ops the intercepted path gives
+        case("captured_relu", mlp(ACT2FN["relu"]), batch, counts=RELU, variants=["f32"]),
+        case("captured_relu_f64", ACT2FN["relu"], batch, counts=RELU, variants=["f64"]),
+        case("captured_relu6", mlp(ACT2FN["relu6"]), batch, counts=RELU6, variants=["f32"]),
+        case("clamp_minmax", clamp_minmax, batch, counts=RELU6, variants=["f32"]),
+        case("captured_leaky", mlp(ACT2FN["leaky_relu"]), batch, counts=LEAKY, variants=["f32"]),
         # not fused (float32: float64 has no kernel to fuse into anyway)
         _kept("gelu_reused", gelu_reused, {"Gelu": 0, "Erf": 1}),
         _kept("gelu_rough_erfc", gelu_rough_erfc, {"Gelu": 0, "Erf": 1}),
@@ -194,4 +222,6 @@ def cases():
         _kept("mish_opset17", mish, {"Mish": 0, "Softplus": 1, "Tanh": 1}, opset=17),
         _kept("naive_softplus", naive_softplus, {"Softplus": 0}),
         _kept("silu", silu, {"Sigmoid": 1, "Mul": 1}),
+        _kept("floor_half", floor_half, {"Relu": 0, "Max": 1}),
+        _kept("leaky_other_threshold", leaky_other_threshold, {"LeakyRelu": 0, "Where": 1}),
     ]

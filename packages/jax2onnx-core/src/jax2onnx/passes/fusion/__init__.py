@@ -8,7 +8,8 @@ replaces known patterns with the single ONNX op that computes them
 and folds inference batch norms into the product before them
 (:mod:`.batch_norm_fold`); activations become ``Gelu``, ``HardSigmoid``,
 ``HardSwish``, ``Softplus`` and ``Mish`` (:mod:`.gelu`, :mod:`.hard_sigmoid`,
-:mod:`.softplus`). Each rewrite lives in its own module, declares the
+:mod:`.softplus`), and, after everything else, rectifiers ``Relu``, ``Clip`` and
+``LeakyRelu`` (:mod:`.rectifiers`). Each rewrite lives in its own module, declares the
 op types its anchor node may have, and fires only when no value inside the
 pattern is read outside it and the target opset has the op; the numbers stay
 within the dtype's tolerance of the decomposed form. The matcher is our own
@@ -39,6 +40,7 @@ from jax2onnx.passes.fusion import (
     hard_sigmoid,
     keras_norm,
     layer_norm,
+    rectifiers,
     rms_norm,
     rotary,
     softmax,
@@ -59,6 +61,7 @@ GROUPS: tuple[tuple[Rewrite, ...], ...] = (
     softmax.REWRITES,
     rotary.REWRITES,
     attention.REWRITES,
+    rectifiers.REWRITES,  # last: the patterns above read max/min forms themselves
 )
 MAX_ROUNDS = 8
 
