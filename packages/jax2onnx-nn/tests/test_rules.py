@@ -8,16 +8,18 @@ import numpy as np
 import pytest
 
 from jax2onnx import to_onnx
-from jax2onnx.errors import NonDifferentiableError
 
 
 @pytest.mark.filterwarnings("ignore:jax.nn.one_hot input should be integer-typed")
-def test_one_hot_grad_is_non_differentiable_by_design():
+@pytest.mark.filterwarnings("ignore:jax.nn.one_hot input should be integer-typed")
+def test_one_hot_grad_is_zero_as_in_jax():
     def fn(x):
         return jax.grad(lambda v: (jax.nn.one_hot(v, 3) * jnp.arange(3.0)).sum())(x)
 
-    with pytest.raises(NonDifferentiableError, match="non-differentiable by design"):
-        to_onnx(fn, [(4,)])
+    model = to_onnx(fn, [(4,)])
+    assert "Equal" not in {n.op_type for n in model.graph.node}  # no one_hot left: zeros
+    x = np.array([0.0, 1.0, 2.0, 1.5], np.float32)
+    np.testing.assert_array_equal(np.asarray(fn(x)), np.zeros(4, np.float32))
 
 
 @pytest.mark.filterwarnings("ignore:jax.nn.one_hot input should be integer-typed")

@@ -212,7 +212,9 @@ def select_n(ctx, which, *cases):
     if wide != dtype:
         cases = [ctx.cast(c, wide) for c in cases]
     which_dtype = ctx.avals_in[0].dtype
-    if which_dtype == np.bool_:
+    if which_dtype == np.bool_ and _negative_zero(cases[1]):
+        result = _signed_where(ctx, which, cases[1].const_value.numpy(), cases[0])
+    elif which_dtype == np.bool_:
         result = ctx.op.Where(which, cases[1], cases[0])
     else:
         result = cases[-1]
@@ -220,6 +222,25 @@ def select_n(ctx, which, *cases):
             hit = ctx.op.Equal(which, np.asarray(i, which_dtype))
             result = ctx.op.Where(hit, cases[i], result)
     return result if wide == dtype else ctx.cast(result, dtype)
+
+
+def _signed_where(ctx, which, x: np.ndarray, y):
+    """``Where(which, x, y)`` for a constant ``x`` holding -0.0: ONNX Runtime's Where gives
+    +0.0 for a -0.0 of its first branch, so the magnitudes are selected and the signs
+    multiplied in (exact: ``|x| * -1`` is ``x``, ``y * 1`` is ``y``, NaN included)."""
+    negative = np.signbit(x)
+    magnitude = np.where(negative, -x, x).astype(x.dtype)
+    sign = np.where(negative, -1, 1).astype(x.dtype)
+    chosen = ctx.op.Where(which, ctx.const(magnitude), y)
+    return ctx.op.Mul(chosen, ctx.op.Where(which, ctx.const(sign), np.ones((), x.dtype)))
+
+
+def _negative_zero(value) -> bool:
+    """Whether ``value`` is a float constant holding a -0.0."""
+    array = None if value.const_value is None else value.const_value.numpy()
+    if array is None or array.dtype.kind != "f":
+        return False
+    return bool(np.any((array == 0) & np.signbit(array)))
 
 
 _F16 = [
@@ -416,6 +437,13 @@ family.add_cases(
             variants=["f32", "f64", "bf16"],
         ),
         case("select_bool_cases", lambda p, a, b: lax.select_n(p, a, b), [_BOOLS[0], *_BOOLS]),
+        case(  # a -0.0 constant keeps its sign (compared by bits)
+            "where_negative_zero",
+            lambda c, y: lax.bitcast_convert_type(
+                jnp.where(c, -0.0, y), jnp.int32 if y.dtype == np.float32 else jnp.int64
+            ),
+            [np.array([True, False, True, False]), np.array([1.0, -0.0, 0.0, 2.0], np.float32)],
+        ),
         *[
             case(
                 f"select_{np.dtype(d).name}",

@@ -6,8 +6,8 @@ moves the batch axis to the front and binds the same primitive with the axis
 renumbered, which keeps the single ONNX op under ``jax.vmap``. Softmax and
 log-softmax have explicit JVP rules that bind the primitive for the primal (so
 the graph of ``jax.grad`` still holds ``Softmax``/``LogSoftmax``); the others
-use JAX's derivative of the original function. ``one_hot`` is
-non-differentiable by design.
+use JAX's derivative of the original function. ``one_hot`` is piecewise
+constant: its tangent is zero (float labels under ``jax.grad`` give zeros).
 
 Calls the single op does not cover (``where=``, ``b=``, ``return_sign=True``,
 array ``mean``/``variance``) are not intercepted: they run the original
@@ -502,13 +502,20 @@ def _one_hot_batching(args, dims, *, num_classes, dtype, axis):
     return one_hot_p.bind(x, num_classes=num_classes, dtype=dtype, axis=position + 1), 0
 
 
+def _one_hot_jvp(primals, tangents, **params):
+    """one_hot is piecewise constant in its input: a zero tangent, as JAX's derivative
+    (float labels under jax.grad give zeros)."""
+    out = one_hot_p.bind(*primals, **params)
+    return out, ad.Zero(jax.typeof(out).to_tangent_aval())
+
+
 one_hot_p = macro(
     family,
     "one_hot",
     _one_hot,
     ["jax.nn.one_hot"],
     batching=_one_hot_batching,
-    jvp=None,
+    jvp=_one_hot_jvp,
     accept=lambda a: isinstance(a["axis"], int) and isinstance(a["num_classes"], int),
 )
 
@@ -552,6 +559,12 @@ _LABELS = np.array([0, 2, -1, 3, 1, 7], np.int32)
             [("B", 4)],
             dtypes=[np.int32],
             counts={"Equal": 1},
+        ),
+        case(  # differentiated with respect to float labels: zeros, as in JAX
+            "one_hot_grad_of_float_labels",
+            jax.grad(lambda x: (jax.nn.one_hot(x, 4) * 2.0).sum()),
+            [(5,)],
+            no_unused_inputs=False,  # the gradient is zero whatever the labels
         ),
         case(
             "one_hot_in_grad",
