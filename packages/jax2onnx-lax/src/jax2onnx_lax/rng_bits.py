@@ -24,7 +24,6 @@ uint32, so nothing needs uint64 unless the output is uint64.
 from __future__ import annotations
 
 import math
-from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -34,12 +33,6 @@ from jax import lax
 from jax2onnx.plugin import Family, case, is_symbolic
 
 family = Family("lax")
-
-
-def _threefry2x32(*words):
-    import jax.extend.random  # imported on first use, as random.py does
-
-    return jax.extend.random.threefry2x32_p.bind(*words)
 
 _U32 = np.dtype(np.uint32)
 _U64 = np.dtype(np.uint64)
@@ -86,6 +79,12 @@ def _join64(low, high):
 
 
 # ---------------------------------------------------------------- Threefry
+
+
+def _threefry2x32(*words):
+    import jax.extend.random  # imported on first use, as random.py does
+
+    return jax.extend.random.threefry2x32_p.bind(*words)
 
 
 def _split_axis(shape: tuple) -> int | None:
@@ -219,8 +218,8 @@ _RBG = ("rbg", "unsafe_rbg")
 
 
 def _all_shapes(alg, dtype):
-    """A case function: bits and new keys of every shape in ``_SHAPES``, for two keys; the
-    second round draws from the first's new key (the state carries between calls)."""
+    """A case function: bits and new keys of every shape in ``_SHAPES``, from two keys; each
+    draw uses the previous draw's new key (the state carries between calls)."""
 
     def fn(k, edge):
         outs = []
@@ -277,9 +276,7 @@ def _cases() -> list:
         case(  # the legacy uint64[2] key (x64 only)
             "rng_uint64_key",
             lambda k: [
-                x
-                for alg in _ALGS.values()
-                for x in lax.rng_bit_generator(k, (5,), np.uint32, alg)
+                x for alg in _ALGS.values() for x in lax.rng_bit_generator(k, (5,), np.uint32, alg)
             ],
             [np.array([0x9ABCDEF012345678, 0xFFFFFFFFFFFFFFFE], np.uint64)],
             variants=["f64"],
@@ -305,6 +302,14 @@ def _cases() -> list:
             [_KEY4, (2, "B")],
             dim_sizes={"B": (3, 1, 0, 6)},
             no_unused_inputs=False,
+        ),
+        case(  # 64-bit Threefry bits: one counter per element, any shape
+            "rng_threefry_uint64_symbolic",
+            lambda k, x: lax.rng_bit_generator(k, x.shape, np.uint64, _ALGS["threefry"]),
+            [_KEY4, ("B", 3)],
+            dim_sizes={"B": (3, 1, 0, 6)},
+            no_unused_inputs=False,
+            variants=["f64"],
         ),
     ]
     for impl in _RBG:

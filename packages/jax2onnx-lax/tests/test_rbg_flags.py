@@ -1,0 +1,71 @@
+"""jax.random under ``jax_default_prng_impl`` = rbg / unsafe_rbg, and the rbg cases again with
+jax_threefry_partitionable off (rbg keys split, fold in and seed with Threefry).
+
+Under the flag, ``jax.random.PRNGKey`` gives raw ``uint32[4]`` keys and every sampler wraps
+them with the rbg implementation: the graph takes that key data as its input.
+"""
+
+from __future__ import annotations
+
+import jax
+import numpy as np
+import pytest
+
+import jax2onnx
+from jax2onnx.plugin import case
+from jax2onnx_testkit.check import check_case, variants_of
+
+_KEY = np.array([0x12345678, 0x9ABCDEF0, 0xFFFFFFFF, 0xFFFFFFFE], np.uint32)
+
+
+def _split_and_draw(k):
+    a, b = jax.random.split(k)
+    return jax.random.bits(a, (5,)), jax.random.uniform(jax.random.fold_in(b, 3), (2, 3)), b
+
+
+_FLAG_CASES = (
+    case(
+        "flag_uniform",
+        lambda k: jax.random.uniform(k, (3, 5)),
+        [_KEY],
+        variants=["f32", "f64"],
+        tolerances={"float32": (0.0, 0.0), "float64": (0.0, 0.0)},
+    ),
+    case("flag_bits", lambda k: jax.random.bits(k, (4, 3)), [_KEY]),
+    case("flag_split_fold_in", _split_and_draw, [_KEY]),
+    case(
+        "flag_seed",
+        lambda s: jax.random.bits(jax.random.PRNGKey(s), (7,)),
+        [np.array(42, np.int32)],
+    ),
+    case(
+        "flag_normal_symbolic_batch",
+        lambda k, x: x + jax.random.normal(k, x.shape, x.dtype),
+        [_KEY, ("B", 3)],
+    ),
+)
+
+
+@pytest.mark.parametrize("impl", ["rbg", "unsafe_rbg"])
+@pytest.mark.parametrize("c", _FLAG_CASES, ids=lambda c: c.name)
+def test_default_prng_impl_flag(impl, c):
+    with jax.default_prng_impl(impl):
+        assert jax.random.PRNGKey(0).shape == (4,)
+        for variant in variants_of("lax", "rng_bit_generator", c):
+            check_case(variant)
+
+
+_NAMES = ("rbg_split", "rbg_fold_in", "rbg_seed", "unsafe_rbg_seed", "rbg_normal")
+
+
+def _variants():
+    rules = next(p.rules for p in jax2onnx.plugins().plugins if p.name == "lax")
+    found = [(component, c) for component, c in rules.cases if c.name in _NAMES]
+    assert {c.name for _, c in found} == set(_NAMES)
+    return [v for component, c in found for v in variants_of("lax", component, c)]
+
+
+@pytest.mark.parametrize("variant", _variants(), ids=lambda v: v.id)
+def test_rbg_case_without_partitionable_threefry(variant):
+    with jax.threefry_partitionable(False):
+        check_case(variant)
