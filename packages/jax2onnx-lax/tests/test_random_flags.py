@@ -26,6 +26,12 @@ _NAMES = (
     "split_vmap",
     "fold_in",
     "vmap_keys_symbolic",
+    # rbg keys: their split, fold_in and seeding go through threefry too
+    "rbg_split",
+    "rbg_fold_in",
+    "rbg_seed",
+    "unsafe_rbg_seed",
+    "rbg_normal",
 )
 
 

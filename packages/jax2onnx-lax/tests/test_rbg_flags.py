@@ -11,7 +11,6 @@ import jax
 import numpy as np
 import pytest
 
-import jax2onnx
 from jax2onnx.plugin import case
 from jax2onnx_testkit.check import check_case, variants_of
 
@@ -53,19 +52,3 @@ def test_default_prng_impl_flag(impl, c):
         assert jax.random.PRNGKey(0).shape == (4,)
         for variant in variants_of("lax", "rng_bit_generator", c):
             check_case(variant)
-
-
-_NAMES = ("rbg_split", "rbg_fold_in", "rbg_seed", "unsafe_rbg_seed", "rbg_normal")
-
-
-def _variants():
-    rules = next(p.rules for p in jax2onnx.plugins().plugins if p.name == "lax")
-    found = [(component, c) for component, c in rules.cases if c.name in _NAMES]
-    assert {c.name for _, c in found} == set(_NAMES)
-    return [v for component, c in found for v in variants_of("lax", component, c)]
-
-
-@pytest.mark.parametrize("variant", _variants(), ids=lambda v: v.id)
-def test_rbg_case_without_partitionable_threefry(variant):
-    with jax.threefry_partitionable(False):
-        check_case(variant)
