@@ -1,5 +1,5 @@
-"""jax.random under ``jax_default_prng_impl`` = rbg / unsafe_rbg, and the rbg cases again with
-jax_threefry_partitionable off (rbg keys split, fold in and seed with Threefry).
+"""jax.random under ``jax_default_prng_impl`` = rbg / unsafe_rbg (the rbg cases with
+jax_threefry_partitionable off are in test_random_flags.py).
 
 Under the flag, ``jax.random.PRNGKey`` gives raw ``uint32[4]`` keys and every sampler wraps
 them with the rbg implementation: the graph takes that key data as its input.
