@@ -399,26 +399,24 @@ def _extremum_cases(kind, prim):
     ]
 
 
-@family.lowering(
-    lax.reduce_window_max_p,
-    values="complex",
-    cases=lambda: _extremum_cases("max", lax.reduce_window_max_p),
-)
-def complex_reduce_window_max(ctx, x, **params):
-    """The lexicographic maximum folded over each window from -inf, as XLA does."""
-    params = _window_params(ctx, **params)
-    return ctx.decompose(_extremum_fold, x, largest=True, **params)
+def _complex_extremum(largest):
+    def rule(ctx, x, **params):
+        params = _window_params(ctx, **params)
+        return ctx.decompose(_extremum_fold, x, largest=largest, **params)
+
+    rule.__name__ = f"complex_reduce_window_{'max' if largest else 'min'}"
+    rule.__doc__ = (
+        "The lexicographic maximum (minimum) folded over each window from -inf (+inf), as XLA does."
+    )
+    return rule
 
 
-@family.lowering(
-    lax.reduce_window_min_p,
-    values="complex",
-    cases=lambda: _extremum_cases("min", lax.reduce_window_min_p),
-)
-def complex_reduce_window_min(ctx, x, **params):
-    """The lexicographic minimum folded over each window from +inf, as XLA does."""
-    params = _window_params(ctx, **params)
-    return ctx.decompose(_extremum_fold, x, largest=False, **params)
+for _prim, _largest in ((lax.reduce_window_max_p, True), (lax.reduce_window_min_p, False)):
+    family.lowering(
+        _prim,
+        values="complex",
+        cases=lambda p=_prim, largest=_largest: _extremum_cases("max" if largest else "min", p),
+    )(_complex_extremum(_largest))
 
 
 @family.lowering(
