@@ -293,3 +293,79 @@ def test_run_session_keeps_scalars_0d_with_bfloat16_about(dtype):
     got_x, got_y = _run(model, x, y)
     assert got_x.shape == () and got_y.shape == ()
     assert got_x == x * 2 and got_y == y + 1
+
+
+@pytest.mark.parametrize("native", [False, True], ids=["default", "native"])
+def test_a_bfloat16_compress_computes_in_float32(native):
+    """ONNX's Compress has no bfloat16 (ONNX Runtime registers one): the op is widened."""
+    fn = lambda c, x: jnp.compress(c, x, axis=1)  # noqa: E731
+    c = np.array([True, False, True])
+    x = _x((2, 3), BF16)
+    model = jax2onnx.to_onnx(fn, [c, x], native_half_precision=native)
+    assert [n.op_type for n in model.graph.node] == ["Cast", "Compress", "Cast"]
+    (got,) = _run(model, c, x)  # full check, then ONNX Runtime
+    want = np.asarray(fn(c, x))
+    assert got.dtype == BF16 and got.shape == want.shape
+    np.testing.assert_array_equal(got.astype(F32), want.astype(F32))
+
+
+def _loops(p, x):
+    def step(c, _):
+        return c * 2 + 1, c
+
+    c, ys = lax.scan(step, x, None, length=3)
+    c = lax.cond(p, lambda c: c * 2, lambda c: c + 1, c)
+    n = lax.while_loop(lambda s: s[0] < 2, lambda s: (s[0] + 1, s[1] * 3), (0, c))[1]
+    return n, ys
+
+
+def test_bfloat16_loop_and_if_below_opset_16_carry_float32():
+    """Loop and If have no bfloat16 before opset 16: the bodies read and give float32."""
+    x = _x((4,), BF16)
+    for p in (np.array(True), np.array(False)):
+        model = jax2onnx.to_onnx(_loops, [p, x], opset=15)
+        got = _run(model, p, x)  # full check, then ONNX Runtime
+        for g, w in zip(got, _loops(p, x), strict=True):
+            assert g.dtype == BF16
+            np.testing.assert_array_equal(g.astype(F32), np.asarray(w).astype(F32))
+    # what a Loop carries is always a bfloat16 number: its body does not round it again
+    loop = next(n for n in model.graph.node if n.op_type == "Loop")
+    body = loop.attribute[0].g
+    (mul,) = [n for n in body.node if n.op_type == "Mul"]
+    assert mul.input[0] == body.input[2].name
+
+
+def test_native_half_precision_widens_loop_and_if_below_opset_16():
+    """Their bodies keep computing in bfloat16; only what they carry is float32."""
+    model = jax2onnx.to_onnx(
+        _loops, [np.array(True), _x((4,), BF16)], opset=15, native_half_precision=True
+    )
+    onnx.checker.check_model(model, full_check=True)
+    inferred = onnx.shape_inference.infer_shapes(model)
+    body = next(n for n in inferred.graph.node if n.op_type == "Loop").attribute[0].g
+    types = {v.name: v.type.tensor_type.elem_type for v in body.value_info}
+    (mul,) = [n for n in body.node if n.op_type == "Mul"]
+    assert types[mul.input[0]] == onnx.TensorProto.BFLOAT16  # the body's op stays bfloat16
+    interface = [v.type.tensor_type.elem_type for v in [*body.input, *body.output]]
+    assert onnx.TensorProto.BFLOAT16 not in interface
+
+
+@pytest.mark.parametrize("native", [False, True], ids=["default", "native"])
+def test_a_bfloat16_constant_of_shape_below_opset_20_is_widened(native):
+    """ConstantOfShape has bfloat16 from opset 20: before, it fills float32, Cast back."""
+    from jax2onnx._ir import ir
+    from jax2onnx.passes import FoldCastsPass, WidenHalfPrecisionPass
+
+    shape = ir.Value(name="shape", shape=ir.Shape([2]), type=ir.TensorType(ir.DataType.INT64))
+    fill = ir.Tensor(np.array([1.5], BF16))
+    node = ir.Node("", "ConstantOfShape", [shape], [ir.AttrTensor("value", fill)])
+    y = node.outputs[0]
+    y.name, y.dtype, y.shape = "y", ir.DataType.BFLOAT16, ir.Shape([None, None])
+    graph = ir.Graph([shape], [y], nodes=[node], opset_imports={"": 19}, name="g")
+    model = ir.Model(graph, ir_version=9)
+    WidenHalfPrecisionPass(native=native)(model)
+    FoldCastsPass()(model)
+    proto = ir.serde.serialize_model(model)
+    assert [n.op_type for n in proto.graph.node] == ["ConstantOfShape", "Cast"]
+    (got,) = _run(proto, np.array([2, 3], np.int64))
+    np.testing.assert_array_equal(got, np.full((2, 3), 1.5, BF16))

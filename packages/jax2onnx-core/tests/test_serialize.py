@@ -75,6 +75,54 @@ def _name_of(model, shape):
     return next(i.name for i in model.graph.initializer if tuple(i.dims) == shape)
 
 
+# --- protobuf's 2 GiB limit (lowered here, so the tests allocate kilobytes) ---
+
+
+@pytest.fixture
+def small_limit(monkeypatch):
+    """Make W's 32 KiB count as more than protobuf can hold."""
+    monkeypatch.setattr(serialize, "PROTOBUF_LIMIT", 1024)
+    assert W.nbytes > serialize.PROTOBUF_LIMIT
+
+
+def test_one_file_above_the_limit_is_refused_before_anything_is_written(small_limit, tmp_path):
+    existing = tmp_path / "m.onnx"
+    existing.write_bytes(b"previous model")
+    for path in (existing, tmp_path / "new" / "m.onnx"):
+        with pytest.raises(ValueError) as raised:
+            to_onnx(fn, [("B", 64)], return_mode="file", output_path=path, external_data=False)
+        message = str(raised.value)
+        assert "external_data=False" in message and "2 GiB" in message
+        assert f"({serialize.weight_bytes(to_onnx(fn, [('B', 64)], return_mode='ir'))} bytes)" in (
+            message
+        )
+        assert "external_data=True" in message and "leave it None" in message
+    assert existing.read_bytes() == b"previous model"
+    assert sorted(os.listdir(tmp_path)) == ["m.onnx"]  # no staging folder, no "new" folder
+
+
+def test_web_export_above_the_limit_names_the_web_mode(small_limit, tmp_path):
+    with pytest.raises(ValueError, match="export_mode='web'.*export_mode='standard'"):
+        to_onnx(
+            fn, [("B", 64)], return_mode="file", output_path=tmp_path / "m.onnx", export_mode="web"
+        )
+    assert os.listdir(tmp_path) == []
+
+
+def test_above_the_limit_the_default_writes_external_data(small_limit, tmp_path):
+    path = to_onnx(fn, [("B", 64)], return_mode="file", output_path=tmp_path / "m.onnx")
+    assert sorted(os.listdir(tmp_path)) == ["m.onnx", "m.onnx.data"]
+    loaded = onnx.load(path)
+    np.testing.assert_array_equal(_arrays(loaded)[_name_of(loaded, W.shape)], W.view(np.uint8))
+
+
+def test_a_proto_above_the_limit_is_returned(small_limit):
+    """An in-memory ModelProto above 2 GiB is usable: ``onnx.save(proto, path,
+    save_as_external_data=True)`` writes it (only its ``SerializeToString`` fails)."""
+    proto = to_onnx(fn, [("B", 64)])
+    assert _name_of(proto, W.shape)
+
+
 # --- replacing an existing file ---------------------------------------------
 
 linux_only = pytest.mark.skipif(

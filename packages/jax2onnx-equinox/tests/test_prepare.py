@@ -77,10 +77,50 @@ def test_vmapped_model_with_state_under_filter_vmap():
 
 def test_stateful_model_alone_says_how_to_pass_its_state():
     model, _ = _net()
-    with pytest.raises(ValueError, match="state"):
-        to_onnx(model, [(4,)])  # the core's arity check names the missing argument
-    with pytest.raises(UsageError, match=r"to_onnx\(\(model, state\)"):
-        to_onnx(model, [(4,), (3,)])  # a state is not an array input
+    for inputs in ([(4,)], [(4,), (3,)]):  # the first: before the core's arity check
+        with pytest.raises(UsageError, match=r"Net takes a `state` .*to_onnx\(\(model, state\)"):
+            to_onnx(model, inputs)
+    with pytest.raises(UsageError, match=r"BatchNorm takes a `state`"):
+        to_onnx(model.norm, [(3,)])
+
+
+def test_a_function_calling_a_stateful_model_without_its_state_says_how_to_pass_it():
+    model, state = _net()
+    with pytest.raises(UsageError) as raised:
+        to_onnx(lambda x: model(x), [(4,)])
+    message = str(raised.value)
+    assert "<lambda> calls Net without its `state`" in message
+    assert "model(x, state)[0]" in message and "to_onnx((model, state), inputs)" in message
+    assert isinstance(raised.value.__cause__, TypeError)
+    to_onnx(lambda x: model(x, state)[0], [(4,)])  # as the message says
+    with pytest.raises(UsageError, match="calls BatchNorm without its `state`"):
+        to_onnx(lambda x: model.norm(x), [(3,)])
+
+
+def test_a_function_reading_a_stateful_model_from_its_globals_says_how_to_pass_it():
+    model, state = _net()
+    namespace = {"model": model, "state": state, "eqx": eqx}
+    exec("def forward(x):\n    return model(x)", namespace)  # `model` is a global of forward
+    with pytest.raises(UsageError) as raised:
+        to_onnx(namespace["forward"], [(4,)])
+    message = str(raised.value)
+    assert "fn forward calls Net without its `state`" in message
+    assert "eqx.nn.inference_mode(model)(x, state)[0]" in message
+    exec("def fixed(x):\n    return eqx.nn.inference_mode(model)(x, state)[0]", namespace)
+    onnx_model = to_onnx(namespace["fixed"], [(4,)])  # as the message says
+    x = _x(4)
+    want, _ = eqx.nn.inference_mode(model)(jnp.asarray(x), state)
+    np.testing.assert_allclose(_run(onnx_model, x)[0], want, rtol=1e-5, atol=1e-6)
+
+
+def test_a_function_whose_own_state_argument_is_missing_keeps_pythons_error():
+    model, state = _net()
+
+    def step(x, state):
+        return model(x, state)[0]
+
+    with pytest.raises(TypeError, match="missing 1 required positional argument: 'state'"):
+        to_onnx(lambda x: step(x), [(4,)])
 
 
 @pytest.mark.parametrize(

@@ -112,8 +112,7 @@ def convert(
         source_metadata=source_metadata,
         native_half_precision=native_half_precision,
     )
-    specs.check_inputs(inputs)
-    specs.check_call(fn, len(inputs), list(input_params or ()))
+    specs.check_inputs(inputs)  # fn's signature is checked after the prepare hook
     return converter.convert(
         fn,
         inputs,
@@ -222,8 +221,10 @@ def to_onnx(
             for this call only, besides the installed plugins'.
         external_data: with ``return_mode="file"``, ``True`` stores the
             weights in ``<output_path>.data``, ``False`` keeps them in the
-            model file; ``None`` (default) uses the external file only when
-            the model would exceed protobuf's 2 GiB.
+            model file (one self-contained file; weights above protobuf's
+            2 GiB are refused, as no reader could load that file); ``None``
+            (default) uses the external file only when the model would
+            exceed protobuf's 2 GiB.
         source_metadata: ``True`` (default) records on every node where it
             came from, as ``metadata_props``: ``jax2onnx.source`` (the
             user's ``file:line (function)`` of the JAX equation),
@@ -260,10 +261,13 @@ def to_onnx(
             ``export_mode="web"`` with ``external_data=True``, an
             ``output_path`` that is a directory, more ``inputs`` than ``fn``
             takes, an ``input_params`` key ``fn`` has no parameter for, too
-            many or repeated names. The message names the argument. Type and
-            value errors are raised before ``fn`` is traced, except where
-            only the traced graph tells (the number of outputs for
-            ``output_names``, the ranks for ``inputs_as_nchw``).
+            many or repeated names, weights above protobuf's 2 GiB with
+            ``external_data=False`` or ``export_mode="web"``. The message
+            names the argument. Type and value errors are raised before
+            ``fn`` is traced, except where only the traced graph tells (the
+            number of outputs for ``output_names``, the ranks for
+            ``inputs_as_nchw``, the size of the weights: raised before
+            anything is written).
         jax2onnx.plugin.Jax2OnnxError: the conversion failed:
             ``UnsupportedPrimitiveError`` lists every primitive no loaded
             plugin lowers; ``LoweringError`` names the rule that failed and
@@ -316,7 +320,11 @@ def to_onnx(
             output = result.model
         elif mode == "file":
             if web:
-                serialize.check_single_file(result.model, "export_mode='web'")
+                serialize.check_single_file(
+                    result.model,
+                    "export_mode='web'",
+                    "use export_mode='standard' (weights in an external data file)",
+                )
             output = serialize.save(
                 result.model, output_path, external_data=False if web else external_data
             )

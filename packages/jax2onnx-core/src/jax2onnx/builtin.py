@@ -583,7 +583,8 @@ def onnx_function_call(ctx, *args, body, op_type, domain, instance, n_params):
         graph = ir.Graph(inputs, outs, nodes=scope.nodes, opset_imports=imports, name=name)
         function = ir.Function(domain, name, graph=graph, attributes=[])
         conversion.functions[key] = function
-    outs = getattr(ctx.op, function.name)(*args, _domain=domain, _outputs=len(body.out_avals))
+    emit = ctx.op._emitter(function.name)  # a Python name like _helper is an op name too
+    outs = emit(*args, _domain=domain, _outputs=len(body.out_avals))
     return list(outs) if isinstance(outs, tuple) else [outs]
 
 

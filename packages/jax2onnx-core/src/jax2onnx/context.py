@@ -68,10 +68,37 @@ def user_line_of(tb: Any) -> str | None:
     """
     import traceback
 
-    for frame in reversed(traceback.extract_tb(tb)):
-        if not _ours(frame.filename) and not _installed(frame.filename):
-            return f"{frame.filename}:{frame.lineno} ({frame.name})"
+    return _innermost_user_frame(traceback.extract_tb(tb))
+
+
+def user_line() -> str | None:
+    """The innermost line of the user's own code on the current call stack.
+
+    For messages raised outside a lowering, where no equation carries the
+    line (an interception refusing its arguments while ``fn`` is traced):
+    frames of jax2onnx's packages, of installed libraries and of Python's
+    own modules are skipped. ``None`` when no frame is the user's.
+    """
+    import traceback
+
+    return _innermost_user_frame(traceback.extract_stack())
+
+
+def _innermost_user_frame(frames: Any) -> str | None:
+    for frame in reversed(frames):
+        name = frame.filename
+        if name.startswith("<frozen") or _ours(name) or _installed(name) or _stdlib(name):
+            continue
+        return f"{name}:{frame.lineno} ({frame.name})"
     return None
+
+
+@functools.lru_cache(maxsize=1024)
+def _stdlib(file_name: str) -> bool:
+    import sysconfig
+
+    stdlib = os.path.join(os.path.abspath(sysconfig.get_paths()["stdlib"]), "")
+    return os.path.abspath(file_name).startswith(stdlib)
 
 
 def _installed(file_name: str) -> bool:
@@ -111,6 +138,11 @@ class OpBuilder:
     def __getattr__(self, op_type: str) -> Callable[..., Any]:
         if op_type.startswith("_"):
             raise AttributeError(op_type)
+        return self._emitter(op_type)
+
+    def _emitter(self, op_type: str) -> Callable[..., Any]:
+        """The emitting function of ``op_type``, any name (an ONNX function's may start
+        with ``_``, which attribute access keeps for Python's own names)."""
 
         def emit(*inputs: Any, _outputs: int = 1, _domain: str = "", _version=None, **attrs):
             values = self._promote(inputs)

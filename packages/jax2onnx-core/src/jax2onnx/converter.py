@@ -234,6 +234,9 @@ def convert(
                 normalization_mode=options.normalization_mode,
             )
             target, _ = prepare.prepare(fn, plugin_set, config)
+        # after the prepare hook: a plugin that recognises the object names its misuse
+        # (an Equinox model passed without its state) before this generic check does
+        specs.check_call(fn, len(inputs), list(options.input_params or ()))
         with step("trace", report_times):
             input_specs = specs.normalize_inputs(
                 inputs,

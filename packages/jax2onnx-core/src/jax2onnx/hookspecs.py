@@ -65,6 +65,10 @@ def jax2onnx_prepare(fn: Any, config: PrepareConfig) -> Prepared | None:
     callable whose closed-over arrays become initializers). The first
     non-``None`` result wins. Must not change the user's object.
 
+    It runs before the core checks ``inputs`` and ``input_params`` against
+    ``fn``'s arguments: a hook that recognises a misused object raises a
+    ``UsageError`` naming the fix, which the user then sees first.
+
     Args:
         fn: the object passed to ``to_onnx`` (a module, a bound method, a
             function ...).

@@ -7,9 +7,11 @@ implements only some of them. Rules never hard-code those gaps: they ask
 :func:`kernel_dtype` names the exact wider type to compute in.
 
 ``KERNELS`` lists, per op type, the dtypes it runs in; an op not listed runs
-in every dtype but the half-precision floats. The entries are the ones our
-cases exercise: add an op when a rule needs it, with a case that fails
-without it.
+in every dtype but the half-precision floats. A kernel that computes in a
+narrower type does not count: ONNX Runtime registers ``Shrink`` for every
+numeric type but computes it in float32, so only the types float32 holds
+exactly are listed. The entries are the ones our cases and tests exercise:
+add an op when a rule needs it, with a case or test that fails without it.
 
 Half precision is different: ONNX Runtime's CPU provider has bfloat16 and
 float16 kernels for a few ops only (``HALF_KERNELS``, read from its kernel
@@ -101,18 +103,22 @@ KERNELS: dict[str, frozenset[np.dtype]] = {
     "RotaryEmbedding": _FLOAT32,  # and float16; no float64 kernel
     "AveragePool": _FLOAT32,
     "MaxPool": _FLOATS,
+    # registered for every numeric type but computed in float32 (ONNX Runtime 1.32):
+    # a float64 1 + 2**-26 loses its last bits, int32 2**31 - 1 overflows
+    # (tests/test_kernels.py probes each type)
+    "Shrink": frozenset(np.dtype(t) for t in (np.float32, np.int8, np.int16, np.uint8, np.uint16)),
 }
 
 # ONNX Runtime's CPU kernels for the half-precision floats: op -> the first opset
 # with one (the registry's ranges are contiguous from there on). Read from
 # onnxruntime.capi._pybind_state.get_all_opkernel_def() of onnxruntime 1.32;
-# tests/test_kernels.py compares this table with the installed ONNX Runtime.
+# tests/test_precision.py compares this table with the installed ONNX Runtime.
 _HALF_SHARED = {
     "Cast": 6, "Concat": 4, "ConstantOfShape": 9, "Compress": 9, "Flatten": 1,
     "Gather": 1, "GatherElements": 11, "GatherND": 11, "Identity": 1, "If": 1,
     "IsInf": 20, "LayerNormalization": 1, "Loop": 1, "RandomNormalLike": 1,
     "RandomUniformLike": 1, "Reshape": 1, "ReverseSequence": 10, "Scan": 8,
-    "ScatterElements": 11, "ScatterND": 11, "Shape": 1, "Shrink": 9, "Sign": 9,
+    "ScatterElements": 11, "ScatterND": 11, "Shape": 1, "Sign": 9,
     "Slice": 1, "Split": 2, "Squeeze": 1, "TensorScatter": 24, "Transpose": 1,
     "Unsqueeze": 1, "BitCast": 26,
 }  # fmt: skip
@@ -121,8 +127,11 @@ HALF_KERNELS: dict[np.dtype, dict[str, int]] = {
     F16: {
         **_HALF_SHARED, "IsNaN": 9, "Attention": 23, "Clip": 12, "Expand": 8, "Max": 12,
         "Min": 12, "Mod": 10, "RMSNormalization": 23, "RotaryEmbedding": 23, "Round": 11,
+        "Shrink": 9,
     },
 }  # fmt: skip
+# ONNX Runtime also registers a bfloat16 Shrink, but ONNX's Shrink schema has no
+# bfloat16 (opsets 9-26): such a model is invalid, so the precision step widens it
 HALF = frozenset(HALF_KERNELS)
 # half-precision kernels that exist for one attribute value only: ONNX Runtime registers
 # ScatterND/ScatterElements for bfloat16 and float16 but refuses a reduction on them

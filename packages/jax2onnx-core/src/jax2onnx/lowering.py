@@ -382,19 +382,23 @@ class GraphScope(DimScope):
         avals = [v.aval for v in eqn.outvars]
         if not all(hasattr(a, "shape") and _has_zero(a.shape) for a in avals):
             return False
+        values = {}
         for var, aval in zip(eqn.outvars, avals):
             if isinstance(var, jax_core.DropVar):
                 continue
             stored = LoweringContext.stored_aval(aval)
             dtype, shape = np.dtype(stored.dtype), list(stored.shape)
             if any(is_symbolic(d) for d in shape):
-                value = self.add_node(
-                    "Expand", [self.const(np.zeros((), dtype)), self.shape(shape)], {}
-                )[0]
+                try:
+                    sizes = self.shape(shape)
+                except LoweringError:  # a size only the lowering computes (jnp.compress's)
+                    return False
+                value = self.add_node("Expand", [self.const(np.zeros((), dtype)), sizes], {})[0]
                 stamp(value, aval)
             else:
                 value = self.const(np.zeros(shape, dtype))
-            env[var] = value
+            values[var] = value
+        env.update(values)
         return True
 
     def finish_outputs(

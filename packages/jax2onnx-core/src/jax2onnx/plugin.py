@@ -55,7 +55,7 @@ from jax2onnx.rules import Interception, Lowering, Prepared, Rules
 
 if TYPE_CHECKING:
     from jax2onnx.caching import at_conversion
-    from jax2onnx.context import LoweringContext, SubgraphBuilder
+    from jax2onnx.context import LoweringContext, SubgraphBuilder, user_line
     from jax2onnx.interceptions import module_paths
     from jax2onnx.kernels import has_kernel, kernel_dtype, kernel_dtypes, native_kernel
     from jax2onnx.macro import batch_at_front, call_arguments
@@ -68,6 +68,7 @@ _LAZY = {
     "LoweringContext": "jax2onnx.context",
     "at_conversion": "jax2onnx.caching",
     "SubgraphBuilder": "jax2onnx.context",
+    "user_line": "jax2onnx.context",
     "call_arguments": "jax2onnx.macro",
     "batch_at_front": "jax2onnx.macro",
     "has_kernel": "jax2onnx.kernels",
@@ -130,4 +131,5 @@ __all__ = [
     "stale_manifest",
     "stored_array",
     "stored_type",
+    "user_line",
 ]

@@ -38,14 +38,20 @@ def weight_bytes(model: ir.Model) -> int:
     return sum(v.const_value.nbytes for v in model.graph.initializers.values() if v.const_value)
 
 
-def check_single_file(model: ir.Model, why: str) -> None:
-    """Refuse a model whose weights cannot live inside one protobuf file."""
+def check_single_file(model: ir.Model, why: str, fix: str) -> None:
+    """Refuse a model whose weights cannot live inside one protobuf file.
+
+    ``why`` names what asked for one file, ``fix`` what to pass instead. Called
+    before anything is written: a protobuf message above 2 GiB can be written
+    by our streaming writer, but neither ``onnx.load`` nor ONNX Runtime reads
+    it back.
+    """
     size = weight_bytes(model)
     if size > PROTOBUF_LIMIT:
         raise ValueError(
             f"{why} writes the weights inside the model file, but they take "
-            f"{size / 2**30:.2f} GiB, more than protobuf's 2 GiB limit; use "
-            "export_mode='standard' (weights in an external data file)"
+            f"{size / 2**30:.2f} GiB ({size} bytes), more than protobuf's 2 GiB limit, "
+            f"so no protobuf reader (onnx.load, ONNX Runtime) could load the file; {fix}"
         )
 
 
@@ -71,12 +77,22 @@ def save(
     swapped at once). If moving the model fails, the previous data file is
     swapped back where the platform allows the swap (see ``_put_in_place``);
     an interrupt between the two moves leaves the new data with the old model.
+
+    ``external_data=False`` for weights above protobuf's 2 GiB raises
+    ``ValueError`` before anything is written (see ``check_single_file``).
     """
     path = os.fspath(path)
-    directory = os.path.dirname(os.path.abspath(path))
-    os.makedirs(directory, exist_ok=True)
     if external_data is None:
         external_data = weight_bytes(model) > PROTOBUF_LIMIT
+    elif not external_data:  # refused before anything, even a directory, is created
+        check_single_file(
+            model,
+            "external_data=False",
+            "pass external_data=True, or leave it None (the default: a .data file "
+            "only above 2 GiB)",
+        )
+    directory = os.path.dirname(os.path.abspath(path))
+    os.makedirs(directory, exist_ok=True)
     name = os.path.basename(path)
     staging = tempfile.mkdtemp(prefix=".jax2onnx-", dir=directory)
     try:

@@ -139,8 +139,7 @@ def _convert(api: Any, fn, inputs, params, recorder: Recorder, kwargs: dict[str,
     extra = api._extra(kwargs.pop("extra_rules", None))
     plugin_set = api._plugins()
     options = converter.Options(input_params=params or None, **kwargs)
-    specs.check_inputs(inputs)
-    specs.check_call(fn, len(inputs), list(params))
+    specs.check_inputs(inputs)  # fn's signature is checked after the prepare hook
     return converter.convert(
         fn,
         inputs,

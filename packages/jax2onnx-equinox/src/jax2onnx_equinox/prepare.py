@@ -18,6 +18,12 @@ Recognised objects:
 - ``functools.partial`` of one of these, and a plain function whose closure
   holds modules (``lambda x: model(x) + 1``, ``jax.vmap(model)``).
 
+A stateful model called without its state raises a ``UsageError`` that says how
+to pass it: passed alone (before the core checks ``inputs`` against its
+arguments), or called so by the function (``lambda x: model(x)``). A function
+that reads a stateful model from its module's globals is traced as it is (not
+in inference mode), wrapped only to name that error.
+
 A returned ``eqx.nn.State`` is dropped from the outputs: in inference mode it
 is the state passed in. ``input_params={"inference": flag}`` leaves the modules
 as they are and passes ``inference=flag`` to the call as a runtime graph input.
@@ -27,6 +33,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import re
 import types
 from typing import Any
 
@@ -59,6 +66,9 @@ def prepare(fn: Any, config: PrepareConfig) -> Prepared | None:
     positions = _closed_over_modules(fn)
     if positions:
         return _prepare_closure(fn, positions, pinned)
+    stateful = [m for m, _ in _paths(_global_modules(fn)) if _needs_state(m)]
+    if stateful:  # traced as it is, only naming a missing state
+        return _naming_missing_state(fn, stateful)
     return None
 
 
@@ -85,8 +95,16 @@ def _prepared(call: Any, original: Any, name: str | None, signature: Any = None)
     roots = _roots(call)
 
     def pure(*args: Any, **kwargs: Any) -> Any:
-        with module_paths(_paths(roots)):
-            return _without_state(call(*args, **kwargs))
+        paths = _paths(roots)
+        with module_paths(paths):
+            try:
+                out = call(*args, **kwargs)
+            except TypeError as err:
+                missing = _missing_state(err, [m for m, _ in roots] + [m for m, _ in paths], name)
+                if missing is None:
+                    raise
+                raise missing from err
+            return _without_state(out)
 
     signature = signature if signature is not None else _signature(original)
     if signature is not None:
@@ -157,16 +175,92 @@ def _without_state(out: Any) -> Any:
 
 def _check_state_argument(module: Any) -> None:
     """A stateful model passed alone: say how to pass its state."""
-    signature = _signature(module)
-    if signature is None:
-        return
-    param = signature.parameters.get("state")
-    if param is not None and param.default is inspect.Parameter.empty:
+    if _needs_state(module):
         raise UsageError(
             f"{_name(module)} takes a `state` argument (an eqx.nn.State): pass the model with "
             f"its state, to_onnx((model, state), inputs), and the state's arrays become the "
             f"model's initializers"
         )
+
+
+def _needs_state(module: Any) -> bool:
+    """Whether calling ``module`` needs a ``state`` argument (``eqx.nn.make_with_state``)."""
+    signature = _signature(module)
+    param = signature.parameters.get("state") if signature is not None else None
+    return param is not None and param.default is inspect.Parameter.empty
+
+
+# Python's message for a call without a required argument: "Net.__call__() missing 1
+# required positional argument: 'state'"
+_MISSING_ARGUMENT = re.compile(r"(?P<callee>[\w.<>]+)\(\) missing \d+ required positional argument")
+
+
+_IN_THE_CALL = "pass it in the call, model(x, state)[0]"
+# a module read from the function's globals is traced as it is, not in inference mode
+_IN_THE_CALL_GLOBAL = (
+    "pass it in the call with the model in inference mode (jax2onnx sets it only for modules "
+    "passed to to_onnx or closed over, not for globals), "
+    "eqx.nn.inference_mode(model)(x, state)[0]"
+)
+
+
+def _missing_state(
+    err: TypeError, modules: list[Any], fn_name: str | None, in_the_call: str = _IN_THE_CALL
+) -> UsageError | None:
+    """The error to raise for ``err`` if it is a stateful module called without its state."""
+    import equinox as eqx
+
+    found = _MISSING_ARGUMENT.match(str(err))
+    if found is None or "'state'" not in str(err):
+        return None
+    for module in modules:
+        if not (isinstance(module, eqx.Module) and callable(module)):
+            continue
+        if type(module).__call__.__qualname__ == found["callee"] and _needs_state(module):
+            return UsageError(
+                f"fn {fn_name or '(unnamed)'} calls {_name(module)} without its `state` "
+                f"argument (an eqx.nn.State, made by eqx.nn.make_with_state): {in_the_call}, "
+                f"or convert the model itself with its state, to_onnx((model, state), "
+                f"inputs); the state's arrays become the model's initializers"
+            )
+    return None
+
+
+def _naming_missing_state(fn: Any, modules: list[Any]) -> Prepared:
+    """``fn`` as it is, but a call of a stateful module in ``modules`` (read from
+    ``fn``'s globals) without its state raises the `UsageError` that says how to pass it."""
+    name = getattr(fn, "__qualname__", None)
+
+    @functools.wraps(fn)
+    def call(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except TypeError as err:
+            missing = _missing_state(err, modules, name, _IN_THE_CALL_GLOBAL)
+            if missing is None:
+                raise
+            raise missing from err
+
+    return Prepared(fn=call, name=name)
+
+
+def _global_modules(fn: Any) -> list[tuple[Any, str]]:
+    """The Equinox modules a plain function reads from its module's globals, by name."""
+    import equinox as eqx
+
+    if not isinstance(fn, types.FunctionType):
+        return []
+    names: set[str] = set()
+
+    def collect(code: types.CodeType) -> None:
+        names.update(code.co_names)
+        for const in code.co_consts:
+            if isinstance(const, types.CodeType):  # nested functions and lambdas
+                collect(const)
+
+    collect(fn.__code__)
+    found = ((fn.__globals__.get(name), name) for name in sorted(names))
+    return [(value, name) for value, name in found if isinstance(value, eqx.Module)]
 
 
 def _holds_module(tree: Any) -> bool:

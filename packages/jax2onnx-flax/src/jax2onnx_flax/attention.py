@@ -401,7 +401,7 @@ def _mha_binder(original):
         xv = xk if a["inputs_v"] is None else a["inputs_v"]
         promotes = (self.qkv_promote_dtype, self.out_promote_dtype, self.ln_promote_dtype)
         if decode:
-            return _decode(fallback)
+            return _decode(fallback, self)
         if (
             a["sow_weights"]
             or a["out_sharding"] is not None
@@ -444,20 +444,27 @@ def _mha_binder(original):
     return call
 
 
-def _decode(fallback):
-    """decode=True: flax's own cache update, or a clear error when that cannot be traced."""
+def _decode(fallback, module):
+    """decode=True: flax's own cache update when the traced function owns the module (it
+    passes the cache in and out), else a clear error: on the user's module the update
+    cannot be traced, and on the copy ``to_onnx`` prepared it would be lost."""
     from flax import errors
 
+    from jax2onnx_flax.prepare import is_prepared_copy
+
+    refusal = Jax2OnnxError(
+        "nnx.MultiHeadAttention with decode=True updates its autoregressive cache "
+        "(nnx.Cache) in place, which cannot be exported as a stateless ONNX graph. Export "
+        "the module with decode=False (e.g. nnx.view(module, decode=False) or "
+        "module.set_attributes(decode=False)), or pass the cache as inputs and outputs of "
+        "a function you export."
+    )
+    if is_prepared_copy(module):
+        raise refusal
     try:
         return fallback()
     except errors.TraceContextError as err:
-        raise Jax2OnnxError(
-            "nnx.MultiHeadAttention with decode=True updates its autoregressive cache "
-            "(nnx.Cache) in place, which cannot be exported as a stateless ONNX graph. Export "
-            "the module with decode=False (e.g. nnx.view(module, decode=False) or "
-            "module.set_attributes(decode=False)), or pass the cache as inputs and outputs of "
-            "a function you export."
-        ) from err
+        raise refusal from err
 
 
 def _mha_arrays(m):

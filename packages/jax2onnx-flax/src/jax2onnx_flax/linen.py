@@ -29,9 +29,13 @@ inside ``nnx.bridge.ToNNX``) exports as in inference, like an NNX module:
 :func:`inference` pushes a second interceptor that, on every module of the
 call that has a ``deterministic`` or ``use_running_average`` field, sets it
 to True for the duration of its method and clears the same-named argument
-(Flax merges attribute and argument and refuses both). The modules it sees
-are the clones ``apply`` makes, never the user's objects. Switches named in
-``input_params`` stay runtime inputs, and a bool flag of the model's own
+(Flax merges attribute and argument and refuses both). An
+``nnx.bridge.ToLinen`` builds its NNX module anew inside each call: the
+interceptor has it built and then switched as ``model.eval()`` switches an
+NNX module (the same switches, on every submodule that has them). The
+modules it sees are the clones ``apply`` makes, never the user's objects.
+Switches named in ``input_params`` stay runtime inputs, and a bool flag of
+the model's own
 (``train``) turns pinning off. Outside a conversion only this interceptor
 runs, so :func:`jax2onnx.traced_callable` (what the tests compare against)
 is Flax's own code in inference mode; while converting it runs outside the
@@ -164,6 +168,8 @@ def _pinning(switches: frozenset[str]) -> Callable[..., Any]:
 
     def intercept(next_fun, args, kwargs, context):
         module = context.module
+        if context.method_name == "__call__" and _is_to_linen(module):
+            return _to_linen_pinned(module, switches, next_fun, args, kwargs)
         fields = getattr(type(module), "__dataclass_fields__", {})
         names = [name for name in switches if name in fields]
         if not names:
@@ -185,6 +191,29 @@ def _pinning(switches: frozenset[str]) -> Callable[..., Any]:
                 object.__setattr__(module, name, value)
 
     return intercept
+
+
+def _is_to_linen(module: Any) -> bool:
+    wrappers = sys.modules.get("flax.nnx.bridge.wrappers")
+    return wrappers is not None and isinstance(module, wrappers.ToLinen)
+
+
+def _to_linen_pinned(module, switches, next_fun, args, kwargs):
+    """``ToLinen`` builds its NNX module anew in every call: build it as ``model.eval()``
+    leaves it (the pinned ``switches`` set on every submodule that has them)."""
+    build = module.nnx_class
+    settings = dict.fromkeys(sorted(switches), True)
+
+    def build_pinned(*build_args, **build_kwargs):
+        inner = build(*build_args, **build_kwargs)
+        inner.set_attributes(**settings, raise_if_not_found=False)
+        return inner
+
+    object.__setattr__(module, "nnx_class", build_pinned)
+    try:
+        return next_fun(*args, **kwargs)
+    finally:
+        object.__setattr__(module, "nnx_class", build)
 
 
 def pinned(switch: str) -> bool:

@@ -2,9 +2,11 @@
 
 ``jax2onnx_prepare`` turns an ``nnx.Module`` (or a bound method of one), a
 bound Linen module or an ``nnx.bridge.ToNNX`` into a pure function over its
-state in inference mode (see :mod:`jax2onnx_flax.prepare` and
-:mod:`jax2onnx_flax.linen`); the family modules intercept NNX modules by
-attribute and Linen layers through Flax's own method interceptor
+state in inference mode, as does a plain function reaching NNX modules
+through its closure or its global names (see :mod:`jax2onnx_flax.prepare`,
+:mod:`jax2onnx_flax.reach` and :mod:`jax2onnx_flax.linen`); the family
+modules intercept NNX modules by attribute and Linen layers through Flax's
+own method interceptor
 (``Linear``/``Dense`` -> Gemm, ``LayerNorm`` -> LayerNormalization,
 ``MultiHeadAttention`` -> Attention ...).
 Importing this module never imports Flax: the hook looks at ``sys.modules``
@@ -58,7 +60,15 @@ def jax2onnx_rules() -> Rules:
         rules.add_cases(component, functools.partial(_cases_of, name))
     table = linen.declared(FAMILIES, __package__)
     rules.tracing_context(functools.partial(linen.tracing_context, table))
+    rules.tracing_context(_refusing_live_updates)
     return rules
+
+
+def _refusing_live_updates() -> Any:
+    """See :func:`jax2onnx_flax.prepare.refusing_live_updates` (``None`` without NNX)."""
+    from jax2onnx_flax.prepare import refusing_live_updates
+
+    return refusing_live_updates()
 
 
 def _cases_of(name: str) -> list:
@@ -74,18 +84,10 @@ def jax2onnx_prepare(fn: Any, config: PrepareConfig) -> Prepared | None:
             return linen.prepare_bound(*bound, config)
     if "flax.nnx" not in sys.modules:
         return None
-    from jax2onnx_flax.prepare import (
-        as_module_call,
-        closed_over_modules,
-        prepare_closure,
-        prepare_module,
-    )
+    from jax2onnx_flax.prepare import as_module_call, prepare_function, prepare_module
 
     found = as_module_call(fn)
     if found is not None:
         module, method = found
         return prepare_module(module, method, config)
-    positions = closed_over_modules(fn)
-    if positions:
-        return prepare_closure(fn, positions, config)
-    return None
+    return prepare_function(fn, config)

@@ -309,12 +309,20 @@ def _pivots(pivots, band, perturb):
     return fixed, jnp.zeros(pivots.shape[1:], bool)
 
 
+def _cabs1(x: Any) -> Any:
+    """LAPACK's pivoting magnitude: ``|x|``, and ``|Re x| + |Im x|`` for complex ``x``."""
+    if jnp.iscomplexobj(x):
+        return jnp.abs(jnp.real(x)) + jnp.abs(jnp.imag(x))
+    return jnp.abs(x)
+
+
 def tridiagonal_solve(dl: Any, d: Any, du: Any, b: Any, *, perturb_singular: bool = False) -> Any:
     """Gaussian elimination with partial pivoting on the band, then back substitution.
 
     Step ``i`` keeps row ``i`` when ``|d_i| >= |dl_{i+1}|`` and otherwise swaps it
     with row ``i + 1`` (which brings a second superdiagonal in), the scheme of
-    LAPACK's gtsv that JAX's CPU backend calls. ``dl[0]`` and ``du[-1]`` are
+    LAPACK's gtsv that JAX's CPU backend calls (complex systems compare
+    ``|Re| + |Im|``, as cgtsv/zgtsv do). ``dl[0]`` and ``du[-1]`` are
     ignored. Rows are scanned along the system axis (the scan's leading axis),
     also for a symbolic system size (two ``Loop``s of ``n - 1`` steps).
     """
@@ -327,7 +335,7 @@ def tridiagonal_solve(dl: Any, d: Any, du: Any, b: Any, *, perturb_singular: boo
     def eliminate(carry, nxt):
         di, ui, bi = carry  # row i as modified so far: d, du and the right-hand side
         li, dn, un, bn = nxt  # row i + 1 as given
-        keep = jnp.abs(di) >= jnp.abs(li)
+        keep = _cabs1(di) >= _cabs1(li)
         num, den = jnp.where(keep, li, di), jnp.where(keep, di, li)
         f = num / jnp.where(den == 0, 1, den)  # a zero column (singular) eliminates nothing
         row = (

@@ -45,7 +45,6 @@ def _op(op_type: str, **attrs):
 
 for _prim, _op_type in (
     (lax.add_p, "Add"),
-    ("add_any", "Add"),
     (lax.sub_p, "Sub"),
     (lax.mul_p, "Mul"),
     (lax.eq_p, "Equal"),
@@ -55,6 +54,14 @@ for _prim, _op_type in (
     (lax.ge_p, "GreaterOrEqual"),
 ):
     family.lowering(_prim)(_op(_op_type))
+
+
+@family.lowering("add_any")
+def add_any(ctx, x, y):
+    """add_any (autodiff's sum of cotangents) -> Add; Or for bool, as XLA adds predicates."""
+    if np.dtype(ctx.avals_in[0].dtype) == np.bool_:
+        return ctx.op.Or(x, y)
+    return _op("Add")(ctx, x, y)
 
 
 @family.lowering(lax.ne_p)

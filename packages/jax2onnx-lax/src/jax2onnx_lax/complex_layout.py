@@ -539,4 +539,29 @@ def iota(ctx, *, dtype, shape, dimension, sharding):
     )
 
 
+@family.lowering(
+    lax.tile_p,
+    values="complex",
+    cases=lambda: [
+        case("complex_tile", lambda z: jnp.tile(z, (2, 1)), [("B", 3)], dtypes=_C, expect=["Tile"])
+    ],
+)
+def tile(ctx, x, *, reps):
+    """The parts axis is repeated once."""
+    return _bind(ctx, lax.tile_p, [x], reps=(*reps, 1))
+
+
+@family.lowering(
+    "empty",
+    values="complex",
+    cases=lambda: [
+        case("complex_empty", lambda z: z + lax.empty(z.shape, z.dtype), [("B", 3)], dtypes=_C)
+    ],
+)
+def empty(ctx, *_, shape, dtype, **__):
+    """Zeros, as XLA on CPU gives for lax.empty: both parts of the stored array."""
+    part = np.finfo(dtype).dtype
+    return ctx.op.Expand(np.zeros((), part), ctx.shape((*shape, 2)))
+
+
 register = family.register

@@ -15,6 +15,8 @@ each part and are in ``complex_layout``; products mix the parts:
   with ones shifted in); along a symbolic axis, the polar form with the moduli's
   running product as ``exp(cumsum(log r))`` (a zero gives ``log 0 = -inf`` and
   stays zero), again a few ulps from JAX's products.
+* ``cumlogsumexp`` is JAX's own associative scan of its complex ``logaddexp``
+  (what XLA computes on CPU, up to the order of the additions), along a static axis.
 * ``sort`` orders complex keys lexicographically by real, then imaginary part
   (JAX's order, NaNs last in each part): each complex operand becomes two real
   operands (its parts) and each complex key two keys of the real sort.
@@ -22,8 +24,9 @@ each part and are in ``complex_layout``; products mix the parts:
   then the extreme imaginary part among the elements that have it. With NaNs
   JAX's own result depends on the order of the elements; those are not matched.
   ``cummax``/``cummin`` are in :mod:`jax2onnx_lax.cumulative`, ``lax.reduce`` and
-  ``reduce_window`` in :mod:`jax2onnx_lax.folds`; ``argmax``/``argmin`` (JAX fails on
-  complex at run time) and complex ``scatter-min``/``scatter-max`` have no complex rule.
+  ``reduce_window`` in :mod:`jax2onnx_lax.folds`, complex ``scatter-min``/``scatter-max``
+  in :mod:`jax2onnx_lax.complex_scatter`; ``argmax``/``argmin`` (JAX fails on complex at
+  run time) have no complex rule.
 * ``clamp`` is XLA's, which compares real parts only (not the lexicographic order).
 """
 
@@ -187,6 +190,46 @@ def cumprod(ctx, x, *, axis, reverse):
     the polar form along a symbolic one."""
     static = _static(ctx, (axis,))
     return ctx.decompose(_cumprod, x, stored=True, axis=axis, reverse=reverse, static=static)
+
+
+def _cumlogsumexp(x, *, axis, reverse):
+    from jax._src.lax.other import logaddexp  # the combine function of JAX's cumlogsumexp
+
+    return lax.associative_scan(logaddexp, x, axis=axis, reverse=reverse)
+
+
+@family.lowering(
+    lax.cumlogsumexp_p,
+    values="complex",
+    cases=lambda: [
+        case(
+            "complex_cumlogsumexp",
+            lambda z: lax.cumlogsumexp(z, 1),
+            [("B", 7)],
+            dtypes=_C,
+            variants=("f32", "f64"),
+        ),
+        case(
+            "complex_cumlogsumexp_reverse",
+            lambda z: lax.cumlogsumexp(z, 0, reverse=True),
+            [(5, 2)],
+            dtypes=_C,
+        ),
+        case(
+            "complex_cumlogsumexp_edges",
+            lambda z: lax.cumlogsumexp(z, 0),
+            [np.array([0, -np.inf, 1j, 40 + 2j, np.inf, 1 + np.nan * 1j, 2], np.complex64)],
+        ),
+    ],
+)
+def cumlogsumexp(ctx, x, *, axis, reverse):
+    """JAX's associative scan of its complex logaddexp, lowered by the complex rules."""
+    if is_symbolic(ctx.avals_in[0].shape[axis]):
+        raise ctx.error(
+            "complex cumlogsumexp along an axis of symbolic size is not supported; "
+            "give that axis a static size"
+        )
+    return ctx.decompose(_cumlogsumexp, x, axis=axis, reverse=reverse)
 
 
 def _sort(*operands, complex_, num_keys, **params):

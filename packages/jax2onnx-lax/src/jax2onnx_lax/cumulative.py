@@ -10,6 +10,12 @@ products, and for floats a reassociation like JAX's own associative scan.
 A static ``n`` unrolls the steps; a symbolic ``n`` runs the same step in an
 ONNX ``Loop`` while ``s < n``, its pads computed from the carried ``s``.
 
+float16/bfloat16 cumsum and cumprod along an axis of static length follow XLA's CPU
+backend instead, whose roundings in the half type decide JAX's bits: each output a fold
+in index order (a reduce_window over the whole axis), an axis longer than 16 in blocks
+of 16 (:func:`_xla_scan`). Along a symbolic axis they compute as above (``CumSum`` in
+float32, rounded once), within a few roundings of JAX.
+
 ONNX Runtime's CumSum takes only int32/int64/float kernels and its Pad, Max and
 Min lack int16/uint16, so narrow and unsigned integers are computed in a wider
 integer and cast back, which is exact (a wrapped sum or product keeps its low
@@ -25,6 +31,7 @@ numbers) and shifting in parts of -inf (+inf). Complex cumsum/cumprod are in
 from __future__ import annotations
 
 import jax.numpy as jnp
+import ml_dtypes
 import numpy as np
 from jax import lax
 from jax.core import ShapedArray
@@ -104,6 +111,88 @@ def _scan_loop(ctx, y, shape, axis, reverse, combine, fill, dtype):
     _, result = ctx.op.Loop(None, ctx.op.Less(one, n), one, y, body=graph, _outputs=2)
     result.dtype = y.dtype  # the builder does not know Loop's output dtypes
     return result
+
+
+# XLA's CPU compiler rewrites a cumulative reduce_window longer than this into blocks
+_XLA_BLOCK = 16
+_HALF_FLOATS = (np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16))
+
+
+def _xla_scan(ctx, x, axis, reverse, combine, init):
+    """cumsum/cumprod of a float16/bfloat16 axis of static length in XLA's order, rounding
+    after every step as XLA's CPU backend does (JAX's bits; see the module docstring).
+
+    JAX lowers these to a ``reduce_window`` whose window is the whole axis. On CPU each
+    output is a fold from the initial value over its window in index order (``x[0] ..
+    x[i]``; ``x[i] .. x[n-1]`` when ``reverse``), and an axis longer than 16 is first
+    split into blocks of 16: scans within the blocks, an exclusive scan of the block
+    totals (split again if there are more than 16 blocks), and one combine of the two.
+    """
+    rank = len(ctx.avals_in[0].shape)
+    if ctx.avals_in[0].shape[axis] == 0:
+        return ctx.op.Identity(x)
+    perm = list(range(rank))
+    perm[axis], perm[-1] = perm[-1], perm[axis]  # a swap: its own inverse
+    y = ctx.transpose(x, perm)
+    fill = ctx.const(init, ctx.avals_in[0].dtype)
+    y = _blocked_scan(ctx, y, rank, int(ctx.avals_in[0].shape[axis]), reverse, combine, fill)
+    return ctx.transpose(y, perm)
+
+
+def _blocked_scan(ctx, y, rank, n, reverse, combine, fill):
+    """Inclusive scan along the last axis (length ``n``) as XLA's ReduceWindowRewriter
+    computes it: directly up to 16, else in blocks of 16 (the axis padded with ``fill``)."""
+    if n <= _XLA_BLOCK:
+        return _window_scan(ctx, y, rank, n, reverse, combine, fill)
+    last = rank - 1
+    blocks = -(-n // _XLA_BLOCK)
+    padded = blocks * _XLA_BLOCK
+    if padded != n:
+        pads = [0] * (2 * rank)
+        pads[rank + last] = padded - n
+        y = ctx.op.Pad(y, ctx.i64(pads), fill)
+    tiles = ctx.op.Reshape(y, ctx.i64([0] * last + [blocks, _XLA_BLOCK]))
+    local = _window_scan(ctx, tiles, rank + 1, _XLA_BLOCK, reverse, combine, fill)
+    edge = 0 if reverse else _XLA_BLOCK - 1
+    totals = ctx.op.Slice(local, ctx.i64([edge]), ctx.i64([edge + 1]), ctx.i64([rank]))
+    totals = ctx.op.Reshape(totals, ctx.i64([0] * last + [blocks]))
+    carried = _blocked_scan(ctx, totals, rank, blocks, reverse, combine, fill)
+    pads = [0] * (2 * rank)  # exclusive: every block gets the blocks before (after) it
+    pads[last], pads[rank + last] = (-1, 1) if reverse else (1, -1)
+    carried = ctx.op.Pad(carried, ctx.i64(pads), fill)
+    out = combine(ctx, local, ctx.op.Unsqueeze(carried, ctx.i64([rank])))
+    out = ctx.op.Reshape(out, ctx.i64([0] * last + [padded]))
+    if padded != n:
+        out = ctx.op.Slice(out, ctx.i64([0]), ctx.i64([n]), ctx.i64([last]))
+    return out
+
+
+def _window_scan(ctx, y, rank, m, reverse, combine, fill):
+    """Each output a fold from ``fill`` over its window in index order, along the last axis
+    (length ``m``): a running fold forwards; ``m`` shifted copies added up in reverse.
+    Folding in ``fill`` (0 for sums, 1 for products) leaves a partial result unchanged,
+    so the shifts may pad with it where XLA skips the padding."""
+    last = rank - 1
+    if not reverse:
+        acc = None
+        outs = []
+        for i in range(m):
+            col = ctx.op.Slice(y, ctx.i64([i]), ctx.i64([i + 1]), ctx.i64([last]))
+            acc = combine(ctx, fill if acc is None else acc, col)
+            outs.append(acc)
+        return outs[0] if m == 1 else ctx.op.Concat(*outs, axis=last)
+    acc = combine(ctx, fill, y)
+    for k in range(1, m):
+        pads = [0] * (2 * rank)
+        pads[last], pads[rank + last] = -k, k
+        acc = combine(ctx, acc, ctx.op.Pad(y, ctx.i64(pads), fill))
+    return acc
+
+
+def _in_xla_order(ctx, axis) -> bool:
+    """Whether a cumsum/cumprod takes :func:`_xla_scan`: half precision, static length."""
+    aval = ctx.avals_in[0]
+    return np.dtype(aval.dtype) in _HALF_FLOATS and not is_symbolic(aval.shape[axis])
 
 
 def _cum(prim, **kw):
@@ -190,6 +279,29 @@ def _symbolic_int_cases(prefix, prim):
     ]
 
 
+def _half_order_cases(prefix, prim, low, high):
+    """float16/bfloat16 scans compared bit for bit (tolerance 0) with JAX: one of 40 (three
+    blocks of 16) forwards along the last axis, one of 40 in reverse along the first."""
+    values = np.random.default_rng(7).uniform(low, high, (3, 40))
+    exact = {"bfloat16": (0.0, 0.0), "float16": (0.0, 0.0)}
+    return [
+        case(
+            f"{prefix}_half_order",
+            _cum(prim, axis=1, reverse=False),
+            [values],
+            variants=["bf16", "f16"],
+            tolerances=exact,
+        ),
+        case(
+            f"{prefix}_half_order_reverse",
+            _cum(prim, axis=0, reverse=True),
+            [values.T.copy()],
+            variants=["bf16", "f16"],
+            tolerances=exact,
+        ),
+    ]
+
+
 _NAN_ROW = np.array([[1.0, -2.0, np.nan, 4.0, -np.inf, 0.5], [np.inf, 1.0, -np.inf, 2.0, 3.0, 0.0]])
 
 
@@ -200,11 +312,15 @@ _NAN_ROW = np.array([[1.0, -2.0, np.nan, 4.0, -np.inf, 0.5], [np.inf, 1.0, -np.i
         case("cumsum_jnp_int8", lambda x: jnp.cumsum(x, axis=0), [_int_edge(np.int8)]),
         case("cumsum_nan", _cum(lax.cumsum_p, axis=1, reverse=True), [_NAN_ROW]),
         case("cumsum_symbolic_axis", _cum(lax.cumsum_p, axis=0, reverse=True), [("B", 3)]),
+        *_half_order_cases("cumsum", lax.cumsum_p, -2.0, 2.0),
         *_int_cases("cumsum", lax.cumsum_p),
     ],
 )
 def cumsum(ctx, x, *, axis, reverse):
-    """CumSum; narrow and unsigned ints summed in int32/int64 and cast back (wraps as JAX)."""
+    """CumSum; narrow and unsigned ints summed in int32/int64 and cast back (wraps as JAX);
+    float16/bfloat16 of a static length in XLA's order and roundings (:func:`_xla_scan`)."""
+    if _in_xla_order(ctx, axis):
+        return _xla_scan(ctx, x, axis, reverse, lambda c, a, b: c.op.Add(a, b), 0)
     dtype = _dtype(ctx)
     wide = None if ctx.has_kernel("CumSum", dtype) else _CUMSUM_WIDE.get(dtype)
     y = x if wide is None else ctx.cast(x, wide)
@@ -218,12 +334,16 @@ def cumsum(ctx, x, *, axis, reverse):
         *_common_cases("cumprod", lax.cumprod_p, ["Pad -> Mul", "Mul:Bx6"]),
         case("cumprod_jnp_bool", lambda x: jnp.cumprod(x, axis=1), [(3, 5)], dtypes=[np.bool_]),
         case("cumprod_nan", _cum(lax.cumprod_p, axis=1, reverse=False), [_NAN_ROW]),
+        *_half_order_cases("cumprod", lax.cumprod_p, 0.8, 1.25),
         *_int_cases("cumprod", lax.cumprod_p),
         *_symbolic_int_cases("cumprod", lax.cumprod_p),
     ],
 )
 def cumprod(ctx, x, *, axis, reverse):
-    """Log-step scan with Mul (identity 1); see the module docstring."""
+    """Log-step scan with Mul (identity 1); see the module docstring. float16/bfloat16 of a
+    static length in XLA's order and roundings (:func:`_xla_scan`)."""
+    if _in_xla_order(ctx, axis):
+        return _xla_scan(ctx, x, axis, reverse, lambda c, a, b: c.op.Mul(a, b), 1)
     return _scan(ctx, x, axis, reverse, lambda c, a, b: c.op.Mul(a, b), 1)
 
 

@@ -18,8 +18,10 @@ symbolic dimensions such as ``jnp.arange(x.shape[0])``) run JAX's own code.
   becomes its ``NonZero`` indices in place (NumPy's definition of boolean
   indexing), and JAX's gather does the rest.
 * ``jnp.compress`` (with ``jnp.extract``): one ``Compress``.
-* ``jnp.unique``: one sorted ``Unique`` on keys that order and compare as
-  JAX does; the values are gathered at the first-occurrence indices.
+* ``jnp.unique`` (with ``jnp.unique_values``, ``unique_counts``,
+  ``unique_inverse``, ``unique_all`` and the set operations that call it): one
+  sorted ``Unique`` on keys that order and compare as JAX does; the values are
+  gathered at the first-occurrence indices.
 * ``jnp.arange``: the element count as JAX computes it, one ``Range``, then
   JAX's own ``start + step * i`` arithmetic.
 
@@ -218,7 +220,10 @@ def unique(ctx, x, *, axis, equal_nan, return_inverse, return_counts, size, dtyp
     when ``equal_nan=False``; the pairs of a slice along ``axis`` form one row,
     and Unique over rows orders them lexicographically as JAX's lexsort does.
     """
-    if not _is_float(np.dtype(ctx.avals_in[0].dtype)):
+    dtype_in = np.dtype(ctx.avals_in[0].dtype)
+    if dtype_in == np.uint64:  # wrapped to int64, the sign bit flipped keeps the order
+        keys, key_axis = _flip_sign(ctx, ctx.cast(x, _I64)), axis
+    elif not _is_float(dtype_in):
         keys, key_axis = ctx.cast(x, _I64), axis
     else:
         keys, key_axis = _float_keys(ctx, x, axis, equal_nan), 0
@@ -228,6 +233,12 @@ def unique(ctx, x, *, axis, equal_nan, return_inverse, return_counts, size, dtyp
     wanted += [outs[2]] if return_inverse else []
     wanted += [outs[3]] if return_counts else []
     return [values, *(ctx.cast(_int64(v), dtype) for v in wanted)]
+
+
+def _flip_sign(ctx, keys):
+    """``keys ^ 2**63`` (a wrapping Add of -2**63 below opset 18, where Xor is bool-only)."""
+    top = np.asarray(np.iinfo(np.int64).min, np.int64)
+    return ctx.op.BitwiseXor(keys, top) if ctx.opset >= 18 else ctx.op.Add(keys, top)
 
 
 def _float_keys(ctx, x, axis, equal_nan):
@@ -484,15 +495,12 @@ def _check_unique(x: Any, axis: int, equal_nan: bool) -> None:
     dtype = np.dtype(x.dtype)
     rest = [d for i, d in enumerate(x.shape) if i != axis]
     problem = None
-    if dtype.kind == "c":
-        problem = "complex values (ONNX Unique and ONNX Runtime's sort take none)"
-    elif dtype == np.uint64:
-        problem = "uint64 values (ONNX Unique's int64 keys cannot order those above 2**63)"
-    elif any(isinstance(d, int) and d == 0 for d in rest):
+    inexact = _is_float(dtype) or dtype.kind == "c"
+    if any(isinstance(d, int) and d == 0 for d in rest):
         problem = "empty slices along the other axes"
-    elif _is_float(dtype) and not equal_nan and not all(isinstance(d, int) for d in rest):
+    elif inexact and not equal_nan and not all(isinstance(d, int) for d in rest):
         problem = "equal_nan=False on float slices of symbolic size"
-    elif _is_float(dtype) and not equal_nan and math.prod(rest) != 1:
+    elif inexact and not equal_nan and math.prod(rest) != 1:
         problem = "equal_nan=False on float slices of more than one element"
     if problem is not None:
         raise NotImplementedError(
@@ -502,7 +510,12 @@ def _check_unique(x: Any, axis: int, equal_nan: bool) -> None:
 
 
 family.intercept(
-    "jax.numpy.unique", unique_p, binder=_binder(_unique), accept=_one_traced_array("ar", rank=0)
+    "jax.numpy.unique",
+    unique_p,
+    binder=_binder(_unique),
+    accept=_one_traced_array("ar", rank=0),
+    # jnp.unique_values, unique_counts, unique_inverse and unique_all call it there
+    aliases=("jax._src.numpy.setops.unique",),
 )
 
 

@@ -268,6 +268,19 @@ family.add_cases(
         case("bool", lambda *a: jnp.unique(*a), [("B",)], dtypes=[np.bool_], expect=["Unique"]),
         case("int8", lambda *a: jnp.unique(*a), [(9,)], dtypes=[np.int8], expect=["Unique"]),
         case(
+            "uint64_above_2_63",  # keys wrap to int64 with the sign bit flipped
+            lambda x: jnp.unique(x, return_inverse=True, return_counts=True),
+            [np.array([2**64 - 1, 3, 2**63, 3, 0, 2**63 + 5, 2**63 - 1, 2**64 - 1], np.uint64)],
+            variants=["f64"],
+        ),
+        case(
+            "uint64_opset17",
+            lambda x: jnp.unique(x, return_counts=True),
+            [np.array([2**64 - 1, 3, 2**63, 3, 0, 2**63 + 5], np.uint64)],
+            variants=["f64"],
+            opset=17,
+        ),
+        case(
             "float16",
             lambda x: jnp.unique(jnp.round(x)),
             [(9,)],
@@ -293,6 +306,54 @@ family.add_cases(
             jax.grad(lambda x: jnp.sum(jnp.unique(x) ** 2)),
             [(5,)],
             no_unused_inputs=False,
+        ),
+        # the Array API functions call jnp.unique with equal_nan=False: each NaN its own value
+        case("unique_values", jnp.unique_values, [_EDGES], expect=["Gather:unique_0"]),
+        case(
+            "unique_values_symbolic",
+            lambda x: jnp.unique_values(jnp.round(x)),
+            [("B", 4)],
+            input_range=(-2.0, 2.0),
+            expect=["Gather:unique_0"],
+        ),
+        case("unique_counts", lambda x: tuple(jnp.unique_counts(x)), [_EDGES]),
+        case(
+            "unique_counts_int",
+            lambda x: tuple(jnp.unique_counts(x)),
+            [("B", 3)],
+            dtypes=[_I32],
+            expect=["Unique"],
+        ),
+        case(
+            "unique_inverse",
+            lambda x: tuple(jnp.unique_inverse(jnp.round(x))),
+            [(3, 4)],
+            input_range=(-2.0, 2.0),
+            expect=["Reshape:3x4"],
+        ),
+        case("unique_all", lambda x: tuple(jnp.unique_all(x)), [_EDGES]),
+        case(
+            "unique_all_symbolic",
+            lambda x: tuple(jnp.unique_all(x)),
+            [("B", 2)],
+            dtypes=[_I32],
+            expect=["Unique"],
+        ),
+        # set operations that call jnp.unique without size= convert with it
+        case(
+            "intersect1d",
+            lambda x, y: jnp.intersect1d(x, y, return_indices=True),
+            [(8,), (6,)],
+            dtypes=[_I32, _I32],
+            expect=["Unique"],
+        ),
+        case("intersect1d_nan_zero", lambda x: jnp.intersect1d(x, x[:5]), [_EDGES]),
+        case(
+            "setxor1d",
+            lambda *a: jnp.setxor1d(*a),
+            [(7,), ("B",)],
+            dtypes=[_I32, _I32],
+            expect=["Unique"],
         ),
     ],
 )

@@ -563,4 +563,33 @@ def tridiagonal_solve(ctx, dl, d, du, b, *, perturb_singular=False):
     return ctx.decompose(_linalg.tridiagonal_solve, dl, d, du, b, perturb_singular=perturb_singular)
 
 
+_C4 = [np.complex64] * 4
+
+
+@family.lowering(
+    lax_linalg.tridiagonal_solve_p,
+    values="complex",
+    cases=lambda: [
+        case("complex_tridiagonal_solve", _dominant, [(5,), (5,), (5,), (5, 2)], dtypes=_C4),
+        case(
+            "complex_tridiagonal_solve_symbolic",
+            _dominant,
+            [("B", "N"), ("B", "N"), ("B", "N"), ("B", "N", 2)],
+            dtypes=_C4,
+            input_range=(-1.0, 1.0),
+            dim_sizes={"B": (2, 1, 3), "N": (5, 1, 7)},
+            no_unused_inputs=False,  # at N = 1, dl[0] and du[-1] are all there is
+        ),
+    ],
+)
+def complex_tridiagonal_solve(ctx, dl, d, du, b, *, perturb_singular=False):
+    """The same elimination on complex values, pivoting on ``|Re| + |Im|`` like zgtsv."""
+    if perturb_singular:
+        raise ctx.error(
+            "complex tridiagonal_solve(perturb_singular=True) is not supported; "
+            "leave perturb_singular False or solve the real 2n x 2n system"
+        )
+    return ctx.decompose(_linalg.tridiagonal_solve, dl, d, du, b)
+
+
 register = family.register

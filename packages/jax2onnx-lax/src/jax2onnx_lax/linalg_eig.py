@@ -43,7 +43,10 @@ run time, fitted to ``max x min``, and one tall path serves both orientations.
 ``eigh`` with ``subset_by_index=(lo, hi)`` computes every eigenpair and keeps
 the ``lo``-th to ``hi - 1``-th smallest (JAX's CPU backend does not implement
 the subset itself; ``tests/test_eigh_subset.py`` checks it against the full
-``eigh`` sliced). ``svd``'s ``subset_by_index`` is refused.
+``eigh`` sliced). ``svd`` with ``subset_by_index=(lo, hi)`` likewise computes every
+singular triplet and keeps the ``lo``-th to ``hi - 1``-th largest (``s[lo:hi]``, the
+columns ``lo:hi`` of ``u``, the rows ``lo:hi`` of ``vt``), for ``0 <= lo <= hi <=
+min(m, n)`` (``tests/test_svd_subset.py``).
 """
 
 from __future__ import annotations
@@ -271,16 +274,50 @@ def _svd_abs(x):
 def svd(ctx, x, *, full_matrices, compute_uv, subset_by_index=None, **_):
     """Decomposed: one-sided Jacobi (after a Householder QR when tall; a wide matrix
     as its conjugate transpose), singular values sorted descending (TopK). Complex
-    matrices take unitary rotations."""
-    aval = ctx.avals_in[0]
-    m, n = aval.shape[-2:]
-    everything = (0, dim_min(m, n))
-    if subset_by_index is not None and tuple(subset_by_index) != everything:
-        raise ctx.error(
-            f"subset_by_index={subset_by_index} is not supported (JAX's CPU backend does not "
-            "implement it either): compute all singular values and slice them."
+    matrices take unitary rotations. A ``subset_by_index=(lo, hi)`` slices triplets
+    ``lo .. hi - 1`` (in descending order) of all of them."""
+    m, n = ctx.avals_in[0].shape[-2:]
+    rank = dim_min(m, n)
+    if subset_by_index is None or tuple(subset_by_index) == (0, rank):
+        return ctx.decompose(
+            _linalg_orth.svd, x, full_matrices=full_matrices, compute_uv=compute_uv
         )
-    return ctx.decompose(_linalg_orth.svd, x, full_matrices=full_matrices, compute_uv=compute_uv)
+    lo, hi = _svd_subset_bounds(ctx, subset_by_index, rank)
+    return ctx.decompose(_svd_subset, x, compute_uv=compute_uv, lo=lo, hi=hi)
+
+
+def _svd_subset_bounds(ctx, subset_by_index, rank):
+    """``(lo, hi)`` of a range of singular values (``0 <= lo <= hi <= rank``; an empty
+    one gives empty outputs); a LoweringError naming the problem for any other."""
+    lo, hi = (int(i) for i in subset_by_index)
+    if not 0 <= lo <= hi:
+        raise ctx.error(
+            f"subset_by_index={(lo, hi)} is not a range of singular values: it needs "
+            "0 <= lo <= hi (the lo-th to (hi - 1)-th largest)."
+        )
+    try:
+        fits = hi <= rank
+    except Exception:  # InconclusiveDimensionOperation: symbolic sizes
+        raise ctx.error(
+            f"subset_by_index={(lo, hi)} needs min(m, n) = {rank} >= {hi}, which the "
+            f"symbolic sizes do not promise: declare it with jax.export constraints "
+            f"(symbolic_shape(..., constraints=['... >= {hi}'])) or use static sizes."
+        ) from None
+    if not fits:
+        raise ctx.error(
+            f"subset_by_index={(lo, hi)} asks for more singular values than the "
+            f"{rank} of a {ctx.avals_in[0].shape[-2]} x {ctx.avals_in[0].shape[-1]} matrix: "
+            f"hi must be at most {rank}."
+        )
+    return lo, hi
+
+
+def _svd_subset(a, *, compute_uv, lo, hi):
+    found = _linalg_orth.svd(a, full_matrices=False, compute_uv=compute_uv)
+    if not compute_uv:
+        return (found[0][..., lo:hi],)
+    s, u, vt = found
+    return s[..., lo:hi], u[..., :, lo:hi], vt[..., lo:hi, :]
 
 
 register = family.register

@@ -21,6 +21,7 @@ import numpy as np
 from jax import lax
 
 from jax2onnx.plugin import Family, case, is_symbolic
+from jax2onnx_lax._complex import join, parts
 
 family = Family("lax")
 
@@ -216,6 +217,55 @@ def ragged_dot_general(
     # a ragged batch axis: JAX computes the plain product and ignores the sizes
     lhs_spec = (lhs_aval.shape, lhs_aval.dtype)
     return _dot(ctx, lhs, lhs_spec, rhs, rhs_spec, ((lc, rc), (lb, rb)), pet)
+
+
+def _complex_ragged(x, y, sizes, *, dims, preferred_element_type):
+    """Four real ragged products of the parts (stored arrays ``[..., 2]`` in and out)."""
+    (xr, xi), (yr, yi) = ([jnp.squeeze(p, -1) for p in parts(a)] for a in (x, y))
+    dot = lambda a, b: lax.ragged_dot_general(  # noqa: E731
+        a, b, sizes, dims, preferred_element_type=preferred_element_type
+    )
+    re, im = dot(xr, yr) - dot(xi, yi), dot(xr, yi) + dot(xi, yr)
+    return join(re[..., None], im[..., None])
+
+
+@family.lowering(
+    "ragged_dot_general",
+    values="complex",
+    cases=lambda: [
+        case(
+            "complex_ragged_dot",
+            _moe,
+            [("M", 4), (3, 4, 5), _SIZES],
+            dtypes=[np.complex64, np.complex64, None],
+            dim_sizes=_M,
+        ),
+        case(
+            "complex_ragged_contracting",
+            _ragged_contracting,
+            [("M", 4), ("M", 5), _SIZES],
+            dtypes=[np.complex64, np.complex64, None],
+            dim_sizes=_M,
+        ),
+    ],
+)
+def complex_ragged_dot_general(
+    ctx, lhs, rhs, sizes, *, ragged_dot_dimension_numbers, preferred_element_type=None, **params
+):
+    """Complex parts multiplied as ``(a + ib)(c + id)``: four real ragged_dot_generals."""
+    if params.get("group_offset") is not None:
+        raise ctx.error("ragged_dot_general with group_offset is not supported (nor by JAX on CPU)")
+    if preferred_element_type is not None:
+        preferred_element_type = np.finfo(preferred_element_type).dtype
+    return ctx.decompose(
+        _complex_ragged,
+        lhs,
+        rhs,
+        sizes,
+        stored=True,
+        dims=ragged_dot_dimension_numbers,
+        preferred_element_type=preferred_element_type,
+    )
 
 
 register = family.register

@@ -128,6 +128,16 @@ _NAN_ROWS = np.array(
     [[1.0, np.nan, -0.0, 3.0, np.inf, 0.0], [np.nan, -np.inf, 0.0, np.inf, -0.0, np.nan]]
 )
 _TIES = np.array([[2.0, 1.0, 2.0, 1.0, 0.0, 2.0], [3.0, 3.0, -1.0, -1.0, 3.0, 3.0]])
+# for approx_top_k with k = 1: NaN first, in the middle, last; ties of equal values and of
+# 0.0 with -0.0 after the last NaN
+_NAN_TIES = np.array(
+    [
+        [np.nan, 1.0, 2.0, 2.0, 0.0, 0.0],
+        [2.0, 2.0, np.nan, -0.0, 0.0, -0.0],
+        [1.0, 2.0, 0.0, 3.0, -1.0, np.nan],
+        [-np.inf, np.nan, -np.inf, 1.0, -np.inf, 1.0],
+    ]
+)
 
 
 def _x64(dtype) -> dict:
@@ -258,6 +268,17 @@ def top_k(ctx, x, *, k, axis=-1, **_):
             lambda x: lax.approx_max_k(x, 2, aggregate_to_topk=False),
             [(3, 5)],
         ),
+        case("approx_max_k_one_ties", lambda x: lax.approx_max_k(x, 1), [_TIES], variants=_HALF),
+        case("approx_min_k_one_ties", lambda x: lax.approx_min_k(x, 1), [_TIES], variants=_HALF),
+        case("approx_max_k_one_nan", lambda x: lax.approx_max_k(x, 1), [_NAN_TIES], variants=_HALF),
+        case("approx_min_k_one_nan", lambda x: lax.approx_min_k(x, 1), [_NAN_TIES], variants=_HALF),
+        case(
+            "approx_min_k_one_dim0",
+            lambda x: lax.approx_min_k(x, 1, reduction_dimension=0),
+            [_NAN_TIES.T.copy()],
+            variants=_HALF,
+        ),
+        case("approx_max_k_one_symbolic", lambda x: lax.approx_max_k(x, 1), [(3, "B")]),
     ],
 )
 def approx_top_k(ctx, x, *, k, reduction_dimension, is_max_k, **_):
@@ -265,13 +286,50 @@ def approx_top_k(ctx, x, *, k, reduction_dimension, is_max_k, **_):
 
     The output size along the axis is taken from the result (``aggregate_to_topk=False``
     may keep more than ``k``). Keys compare as ``sort`` orders them (``-0.0 == 0.0``;
-    NaN above ``inf``), where JAX's own order of NaNs is unspecified.
+    NaN above ``inf``), equal keys in index order. JAX on CPU sorts with an unstable sort
+    (C++ ``std::sort``): up to 16 elements that is an insertion sort, whose order of ties
+    is this one; beyond, ties come in an order only that algorithm knows, and NaNs where
+    its comparisons leave them. A single result (``k = 1``) is :func:`_approx_top_1`.
     """
-    del k
     axis = reduction_dimension % len(ctx.avals_in[0].shape)
+    size = ctx.avals_out[0].shape[axis]
+    if k == 1 and size == 1:
+        return _approx_top_1(ctx, x, axis, largest=is_max_k)
     levels = _levels(ctx, x, ctx.avals_in[0].dtype, total_order=False)
-    values, idx = _select(ctx, x, levels, axis, ctx.avals_out[0].shape[axis], largest=is_max_k)
+    values, idx = _select(ctx, x, levels, axis, size, largest=is_max_k)
     return values, ctx.cast(idx, np.int32)
+
+
+def _approx_top_1(ctx, x, axis, *, largest):
+    """approx_max_k/approx_min_k with ``k = 1``, as XLA's CPU computes it: a reduction
+    that folds ``(value, index)`` pairs in index order, keeping the accumulator only where
+    it compares strictly greater (less): the *last* of equal extremes wins (``-0.0 ==
+    0.0``). A NaN is taken (nothing compares greater than it) and then dropped by the
+    next element (it compares greater than nothing), so the result is the extreme of the
+    elements after the last NaN, or that NaN when it is the last element.
+
+    Here: the elements up to the last NaN become -inf (+inf for the minimum), the axis is
+    reversed so that TopK's first-of-equals is the last, and the index is mapped back.
+    """
+    shape = ctx.avals_in[0].shape
+    dtype = np.dtype(ctx.avals_in[0].dtype)
+    key = x
+    if _is_float(dtype):
+        trailing = len(shape) - axis - 1
+        pos = ctx.arange(shape[axis])
+        if trailing:
+            pos = ctx.op.Unsqueeze(pos, ctx.i64(list(range(1, trailing + 1))))
+        nan_at = ctx.op.Where(ctx.op.IsNaN(x), pos, ctx.i64(-1))
+        last_nan = ctx.op.ReduceMax(nan_at, ctx.i64([axis]), keepdims=1)
+        beyond = ctx.const(-np.inf if largest else np.inf, dtype)
+        key = ctx.where(ctx.op.Greater(pos, last_nan), x, beyond)
+    backwards = ctx.op.Slice(
+        key, ctx.i64([-1]), ctx.i64([_INT64_MIN]), ctx.i64([axis]), ctx.i64([-1])
+    )
+    levels = _levels(ctx, backwards, dtype, total_order=False)
+    _, idx = _select(ctx, backwards, levels, axis, 1, largest=largest)
+    idx = ctx.op.Sub(ctx.op.Sub(ctx.dim(shape[axis]), ctx.i64(1)), idx)
+    return ctx.op.GatherElements(x, idx, axis=axis), ctx.cast(idx, np.int32)
 
 
 register = family.register

@@ -2,7 +2,9 @@
 
 ONNX Runtime has float32 kernels for Tan, Asin, Acos, Atan, Sinh, Cosh, Asinh, Acosh,
 Atanh and Erf but no float64 ones; in float64 these lowerings decompose into float64
-Exp, Log, Sqrt, Sin, Cos and arithmetic (never through float32).
+Exp, Log, Sqrt, Sin, Cos and arithmetic (never through float32). In float16/bfloat16,
+asin, acos, acosh, asinh and atanh repeat XLA's own expansion, which rounds at every
+step, to give JAX's bits (:mod:`jax2onnx_lax._half_inverse`).
 """
 
 from __future__ import annotations
@@ -15,6 +17,8 @@ import numpy as np
 from jax import lax
 
 from jax2onnx.plugin import Family, case
+
+from . import _half_inverse
 
 family = Family("lax")
 
@@ -191,12 +195,16 @@ def log1p(ctx, x, **_):
     return _log1p(ctx, x, _dtype(ctx))
 
 
-def _native_or_f64(name, op_type, decompose, doc):
-    """A lowering named ``name`` using ONNX ``op_type``, or ``decompose`` in float64."""
+def _native_or_f64(name, op_type, decompose, half, doc):
+    """A lowering named ``name`` using ONNX ``op_type``, or ``decompose`` in float64, or
+    ``half`` (XLA's own expansion, see :mod:`jax2onnx_lax._half_inverse`) in float16 and
+    bfloat16 where there is one."""
 
     def lower(ctx, x, **_):
         if _is_f64(ctx):
             return decompose(ctx, x, _dtype(ctx))
+        if half is not None and _half_inverse.is_half(_dtype(ctx)):
+            return half(ctx, x, _dtype(ctx))
         return getattr(ctx.op, op_type)(x)
 
     lower.__name__ = lower.__qualname__ = name
@@ -259,20 +267,45 @@ def _atanh64(ctx, x, dt):
     return _odd(ctx, x, ctx.op.Mul(_log1p(ctx, ratio, dt), _k(ctx, dt, 0.5)), dt)
 
 
+_HALF_ASIN = functools.partial(_half_inverse.asin, atan=_atan)
+_HALF_ACOS = functools.partial(_half_inverse.acos, atan=_atan)
 _EDGES = np.array([0.0, -0.0, np.inf, -np.inf, np.nan, 1e-30, -1e-30, 1e30])
 _UNIT_EDGES = np.array([0.0, -0.0, 1.0, -1.0, 1.5, -1.5, np.nan, 1e-30, 0.999999])
 _TABLE = [
-    # primitive, fn, ONNX op, f64 decomposition, input range, concrete edge values
-    (lax.tan_p, lax.tan, "Tan", _tan64, (-1.4, 1.4), None),
-    (lax.asin_p, lax.asin, "Asin", _asin64, (-1.0, 1.0), _UNIT_EDGES),
-    (lax.acos_p, lax.acos, "Acos", _acos64, (-1.0, 1.0), _UNIT_EDGES),
-    (lax.atan_p, lax.atan, "Atan", _atan, (-20.0, 20.0), _EDGES),
-    (lax.sinh_p, lax.sinh, "Sinh", _sinh64, (-5.0, 5.0), _EDGES[:-1]),
-    (lax.cosh_p, lax.cosh, "Cosh", _cosh64, (-5.0, 5.0), _EDGES[:-1]),
-    (lax.asinh_p, lax.asinh, "Asinh", _asinh64, (-50.0, 50.0), _EDGES),
-    (lax.acosh_p, lax.acosh, "Acosh", _acosh64, (1.0, 50.0), np.array([1.0, 0.5, np.inf, 1e30])),
-    (lax.atanh_p, lax.atanh, "Atanh", _atanh64, (-0.99, 0.99), _UNIT_EDGES),
+    # primitive, fn, ONNX op, f64 decomposition, half-precision form, input range, edge values
+    (lax.tan_p, lax.tan, "Tan", _tan64, None, (-1.4, 1.4), None),
+    (lax.asin_p, lax.asin, "Asin", _asin64, _HALF_ASIN, (-1.0, 1.0), _UNIT_EDGES),
+    (lax.acos_p, lax.acos, "Acos", _acos64, _HALF_ACOS, (-1.0, 1.0), _UNIT_EDGES),
+    (lax.atan_p, lax.atan, "Atan", _atan, None, (-20.0, 20.0), _EDGES),
+    (lax.sinh_p, lax.sinh, "Sinh", _sinh64, None, (-5.0, 5.0), _EDGES[:-1]),
+    (lax.cosh_p, lax.cosh, "Cosh", _cosh64, None, (-5.0, 5.0), _EDGES[:-1]),
+    (lax.asinh_p, lax.asinh, "Asinh", _asinh64, _half_inverse.asinh, (-50.0, 50.0), _EDGES),
+    (
+        lax.acosh_p,
+        lax.acosh,
+        "Acosh",
+        _acosh64,
+        _half_inverse.acosh,
+        (1.0, 50.0),
+        np.array([1.0, 0.5, np.inf, 1e30]),
+    ),
+    (lax.atanh_p, lax.atanh, "Atanh", _atanh64, _half_inverse.atanh, (-0.99, 0.99), _UNIT_EDGES),
 ]
+
+
+# inputs on which JAX's half-precision results are not the correctly rounded function
+# (XLA rounds every step of its expansion), compared exactly (tolerance 0), with the
+# precisions to do it in: the suite's XLA flags (conftest.py) change JAX's own float16
+# log1p, so acosh, asinh and atanh compare float16 bit for bit only in
+# tests/test_half_precision.py (every float16 and bfloat16 value, XLA's default flags)
+_HALF_GRIDS = {
+    lax.asin_p: (np.linspace(-1.0, 1.0, 401), ["bf16", "f16"]),
+    lax.acos_p: (np.linspace(-1.0, 1.0, 401), ["bf16", "f16"]),
+    lax.acosh_p: (np.linspace(1.0, 60.0, 401), ["bf16"]),
+    lax.asinh_p: (np.linspace(-60.0, 60.0, 401), ["bf16"]),
+    lax.atanh_p: (np.linspace(-0.999, 0.999, 401), ["bf16"]),
+}
+_EXACT = {"bfloat16": (0.0, 0.0), "float16": (0.0, 0.0)}
 
 
 def _table_cases(prim, fn, op, input_range, edges):
@@ -291,20 +324,27 @@ def _table_cases(prim, fn, op, input_range, edges):
         cases.append(case(f"{prim.name}_tiny", fn, [(6,)], input_range=(-1e-4, 1e-4)))
     if edges is not None:
         cases.append(case(f"{prim.name}_edges", fn, [edges]))
+    if prim in _HALF_GRIDS:
+        grid, exact = _HALF_GRIDS[prim]
+        cases.append(
+            case(f"{prim.name}_half_rounding", fn, [grid], variants=exact, tolerances=_EXACT)
+        )
+        if edges is not None:
+            cases.append(
+                case(f"{prim.name}_half_edges", fn, [edges], variants=exact, tolerances=_EXACT)
+            )
     return cases
 
 
-for _prim, _fn, _op, _f64, _range, _edges in _TABLE:
+for _prim, _fn, _op, _f64, _half, _range, _edges in _TABLE:
     _cases = functools.partial(_table_cases, _prim, _fn, _op, _range, _edges)
-    family.lowering(_prim, cases=_cases)(
-        _native_or_f64(
-            _prim.name,
-            _op,
-            _f64,
-            f"{_prim.name} -> {_op}; float64 has no ONNX Runtime kernel, so there it "
-            f"decomposes into float64 Exp/Log/Sqrt/Sin/Cos arithmetic.",
-        )
+    _doc = (
+        f"{_prim.name} -> {_op}; float64 has no ONNX Runtime kernel, so there it "
+        f"decomposes into float64 Exp/Log/Sqrt/Sin/Cos arithmetic."
     )
+    if _half is not None:
+        _doc += " float16/bfloat16 follow XLA's expansion, rounding where JAX rounds."
+    family.lowering(_prim, cases=_cases)(_native_or_f64(_prim.name, _op, _f64, _half, _doc))
 
 
 @family.lowering(

@@ -235,18 +235,42 @@ def rsqrt(ctx, x, **_):
             lax.cbrt,
             [np.array([0.0, -0.0, 8.0, -27.0, np.inf, -np.inf, np.nan, 1e-30, -1e30])],
         ),
+        case(  # JAX's bits, rounded once from float32. float16: tests/test_half_precision.py
+            # (the suite's XLA flags, conftest.py, change JAX's own float16 cbrt)
+            "cbrt_half_rounding",
+            lax.cbrt,
+            [np.linspace(-100.0, 100.0, 401)],
+            variants=["bf16"],
+            tolerances={"bfloat16": (0.0, 0.0)},
+        ),
     ],
 )
 def cbrt(ctx, x, **_):
-    """cbrt -> sign(x) * Pow(|x|, 1/3), polished by one Newton step (1/3 is inexact)."""
-    dt = ctx.avals_in[0].dtype
+    """cbrt -> sign(x) * Pow(|x|, 1/3), polished by one Newton step (1/3 is inexact).
+
+    float16/bfloat16: XLA computes cbrt in float32 (C's cbrtf, within an ulp) and rounds
+    once; the steps here would round at every op in the half type, so they run in float64
+    and the result is rounded to float32, then to the half type: JAX's bits for every
+    finite input (bfloat16 subnormals aside, which XLA's CPU flushes to zero first).
+    """
+    dt = np.dtype(ctx.avals_in[0].dtype)
+    if dt.itemsize == 2:  # float16, bfloat16
+        y = _cbrt(ctx, ctx.cast(x, np.float64), np.dtype(np.float64))
+        return ctx.cast(ctx.cast(y, np.float32), dt)
+    return _cbrt(ctx, x, dt)
+
+
+def _cbrt(ctx, x, dt):
     a = ctx.op.Abs(x)
-    y = ctx.op.Pow(a, np.asarray(1 / 3, dt))
+    zero = ctx.const(0, dt)  # constants of dt: float64 stays float64 outside x64 mode
+    y = ctx.op.Pow(a, ctx.const(1 / 3, dt))
     y2 = ctx.op.Mul(y, y)
-    newton = ctx.op.Sub(y, ctx.op.Div(ctx.op.Sub(y, ctx.op.Div(a, y2)), np.asarray(3, dt)))
-    finite = ctx.op.And(ctx.op.Greater(y, np.asarray(0, dt)), ctx.op.Not(ctx.op.IsInf(y)))
+    newton = ctx.op.Sub(y, ctx.op.Div(ctx.op.Sub(y, ctx.op.Div(a, y2)), ctx.const(3, dt)))
+    finite = ctx.op.And(ctx.op.Greater(y, zero), ctx.op.Not(ctx.op.IsInf(y)))
     y = ctx.op.Where(finite, newton, y)
-    return ctx.op.Where(ctx.op.Less(x, np.asarray(0, dt)), ctx.op.Neg(y), y)
+    # the sign multiplied in (-0.0 too: 1 / x < 0), where a Where picking -y would lose it
+    negative = ctx.op.Or(ctx.op.Less(x, zero), ctx.op.Less(ctx.op.Reciprocal(x), zero))
+    return ctx.op.Mul(y, ctx.op.Where(negative, ctx.const(-1, dt), ctx.const(1, dt)))
 
 
 @family.lowering(

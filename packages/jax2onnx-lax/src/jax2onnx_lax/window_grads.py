@@ -146,7 +146,12 @@ def select_and_gather_add(
     """
     keep = _keep(ctx, select_prim)
     fill = _select_fill(select_prim, ctx.avals_in[1].dtype)
-    zero = np.asarray(0, ctx.avals_in[0].dtype)
+    if fill.dtype == np.bool_:  # ONNX compares no bools: False < True as 0 < 1
+        operand, fill = ctx.cast(operand, np.uint8), fill.astype(np.uint8)
+    dtype = np.dtype(ctx.avals_in[0].dtype)
+    work = np.dtype(np.uint8) if dtype == np.bool_ else dtype  # ORT has no bool Where
+    tangents = ctx.cast(tangents, work)
+    zero = np.asarray(0, work)
     shape = list(ctx.avals_in[1].shape)
     out_shape = list(ctx.avals_out[0].shape)
     v, pshape = dilate(ctx, operand, shape, base_dilation, fill)
@@ -160,7 +165,7 @@ def select_and_gather_add(
         vk, tk = take(v), take(t)
         moved = ctx.op.Not(keep(best_v, vk))
         best_v, best_t = ctx.op.Where(moved, vk, best_v), ctx.op.Where(moved, tk, best_t)
-    return best_t
+    return ctx.cast(best_t, dtype)
 
 
 def _selection(ctx, operand, select_prim, windows, strides, padding, dtype):

@@ -253,8 +253,8 @@ def dot_product_attention(
     unbatched = len(q_shape) == 3
     t_len, s_len = q_shape[-3], k_shape[-3]
     fold_causal = is_causal and has_mask
-    if local_window_size is not None:
-        return ctx.fallback()
+    if local_window_size is not None or ctx.avals_in[0].dtype not in kernel_dtypes("Attention"):
+        return ctx.fallback()  # a bool mask alone is native: bool or integer operands are not
     n_heads, k_heads, head, v_head = q_shape[-2], k_shape[-2], q_shape[-1], v_shape[-1]
     if unbatched:
         zero = ctx.i64([0])

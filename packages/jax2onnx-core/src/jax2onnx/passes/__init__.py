@@ -84,7 +84,13 @@ def optimize(
         common.RemoveUnusedFunctionsPass(),
         common.RemoveUnusedOpsetsPass(),
     )
+    declared = [(v.type, v.shape) for v in model.graph.outputs]
     passes(model)
+    for value, (type_, shape) in zip(model.graph.outputs, declared, strict=True):
+        # a pass may let another value stand for an output (CSE merging a Cast to float32 a
+        # model returns with the same Cast feeding other ops): it keeps the output's type
+        value.type = value.type or type_
+        value.shape = value.shape or shape
     _fill_metadata(model.graph)
     return model
 

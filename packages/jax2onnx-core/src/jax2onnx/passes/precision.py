@@ -19,6 +19,16 @@ bfloat16 number (a widened bfloat16 value, passed through ops that only move,
 select or negate values); float16 alike. Other pairs round, as JAX does, and
 stay.
 
+The step also widens, in both modes, every half-precision op whose ONNX
+schema at the model's opset has no such type where the op has it (``Compress``
+and ``ReverseSequence`` in bfloat16 at every opset, ``ConstantOfShape`` below
+20, ``Loop``/``If``/``Scan`` below 16, ``Celu`` in float16 ...): ONNX Runtime
+registers kernels for some of them, but the ONNX checker and ONNX Runtime's
+loader refuse such a model. For ops that only move or select values the
+widening is exact. A widened ``Loop``, ``If`` or ``Scan`` carries float32: its
+bodies read their bfloat16 inputs as float32 and Cast them back, and Cast
+their bfloat16 results to float32.
+
 ``to_onnx(native_half_precision=True)`` keeps every half-precision op the
 ONNX schema allows, for runtimes that have the kernels (TensorRT, ONNX Runtime
 CUDA and DirectML, onnxruntime-web WebGPU).
@@ -26,6 +36,7 @@ CUDA and DirectML, onnxruntime-web WebGPU).
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import numpy as np
@@ -39,6 +50,9 @@ _F32 = ir.DataType.FLOAT
 _NUMPY = {_BF16: BFLOAT16, _F16: np.dtype(np.float16)}
 # ops that are not kernels, or whose bfloat16 operands are not data
 _SKIP = frozenset({"Constant", "Cast", "CastLike"})
+# ``Value.meta`` key: a float32 body input of a widened Loop/Scan that only ever holds
+# values of this half type (a widened operand, or a result Cast from it)
+_CARRIES = "jax2onnx.precision.carries"
 # ops whose result holds only values of their operands, negated at most: a bfloat16
 # number stays one (operand positions that carry the data; None: all of them)
 _EXACT: dict[str, tuple[int, ...] | None] = {
@@ -118,10 +132,11 @@ class WidenHalfPrecisionPass(ir.passes.InPlacePass):
 
     Its bfloat16 or float16 operands are Cast to float32 (once per value,
     however many ops read it) and its results Cast back under their own
-    names, so graph outputs and consumers are unchanged. With ``native=True``
-    (``to_onnx``'s ``native_half_precision``) only the ops whose ONNX schema
-    has no bfloat16 or float16 (``Einsum``, ``TopK``, ``Celu`` ... at some
-    opsets) are widened, so the model stays valid ONNX.
+    names, so graph outputs and consumers are unchanged. An op whose ONNX
+    schema at the model's opset has no bfloat16 or float16 where the op has it
+    (``Compress``, ``Einsum``, ``TopK``, ``Loop`` below opset 16, ``Celu`` ...)
+    is widened in any case, so the model stays valid ONNX; with ``native=True``
+    (``to_onnx``'s ``native_half_precision``) those are the only ones.
     """
 
     def __init__(self, native: bool = False) -> None:
@@ -145,9 +160,9 @@ class WidenHalfPrecisionPass(ir.passes.InPlacePass):
     def _needs(self, node: ir.Node, half: ir.DataType, opset: int) -> bool:
         if node.domain not in ("", "ai.onnx") or node.op_type in _SKIP:
             return False
-        if self.native:
-            return not _schema_takes(node, half, opset)
-        if not native_kernel(node.op_type, F32, opset):
+        if not _schema_takes(node, half, opset):
+            return True  # invalid ONNX as it is, whatever the runtime
+        if self.native or not native_kernel(node.op_type, F32, opset):
             return False
         return not native_kernel(node.op_type, _NUMPY[half], opset, _attributes(node))
 
@@ -189,6 +204,15 @@ def _widen(
         node.replace_input_with(index, wide)
     if _dtype_attr(node, half):
         node.attributes["dtype"] = ir.AttrInt64("dtype", _F32)
+    for name, attr in list(node.attributes.items()):
+        if attr.type == ir.AttributeType.TENSOR and attr.value.dtype == half:
+            array = attr.value.numpy().astype(np.float32)  # ConstantOfShape's value
+            node.attributes[name] = ir.AttrTensor(name, ir.Tensor(array))
+        elif attr.type == ir.AttributeType.GRAPH:
+            _widen_body(attr.value, node, half, names)
+        elif attr.type == ir.AttributeType.GRAPHS:
+            for body in attr.value:
+                _widen_body(body, node, half, names)
     for index, out in enumerate(node.outputs):
         if out.dtype is None and _output_type(node, index, opset) in half_types:
             out.dtype = half  # a rule left it untyped; its type is its inputs'
@@ -196,47 +220,109 @@ def _widen(
             _narrow_result(graph, node, out, half, names(out.name))
 
 
-def _schema(node: ir.Node, opset: int) -> Any:
+def _widen_body(body: Any, node: ir.Node, half: ir.DataType, names: _Names) -> None:
+    """A widened ``Loop``/``If``/``Scan``'s body: its ``half`` inputs and outputs float32.
+
+    The node's operands and results of type ``half`` are those of its bodies,
+    position by position (a Loop's trip count and condition are integers and
+    booleans), so the body reads each float32 input Cast back to ``half`` and
+    Casts each ``half`` result to float32. So each such body input holds
+    ``half`` numbers only, on every iteration (``FoldCastsPass`` reads that).
+    """
+    first = next(iter(body), None)
+    for value in body.inputs:
+        if not _is_half(value, half):
+            continue
+        uses = list(value.uses())
+        back = ir.Node("", "Cast", [value], attributes=[ir.AttrInt64("to", half)])
+        back.metadata_props.update(node.metadata_props)
+        if first is None:
+            body.append(back)
+        else:
+            body.insert_before(first, back)
+        narrow = back.outputs[0]
+        narrow.dtype, narrow.shape, narrow.name = half, value.shape, value.name
+        value.dtype, value.name = _F32, names(value.name)
+        value.meta[_CARRIES] = int(half)
+        for use in uses:  # a body output that is the input itself stays float32
+            use.node.replace_input_with(use.idx, narrow)
+    for i, out in enumerate(body.outputs):
+        if not _is_half(out, half):
+            continue
+        wide = ir.Node("", "Cast", [out], attributes=[ir.AttrInt64("to", _F32)])
+        wide.metadata_props.update(node.metadata_props)
+        body.append(wide)
+        result = wide.outputs[0]
+        result.dtype, result.shape, result.name = _F32, out.shape, names(out.name)
+        body.outputs[i] = result
+
+
+_HALF_TYPE = {_BF16: "tensor(bfloat16)", _F16: "tensor(float16)"}
+
+
+@functools.cache
+def _signature(op_type: str, domain: str, opset: int) -> tuple[Any, ...] | None:
+    """The schema's input and output type strings, and the type parameters that
+    admit float32, each with whether it admits bfloat16 and float16; None for
+    an op ONNX does not define (not ours to judge)."""
     import onnx
 
     try:
-        return onnx.defs.get_schema(node.op_type, opset, node.domain or "")
+        schema = onnx.defs.get_schema(op_type, opset, domain)
     except onnx.defs.SchemaError:
         return None
+    floats = {
+        c.type_param_str: (
+            _HALF_TYPE[_BF16] in c.allowed_type_strs,
+            _HALF_TYPE[_F16] in c.allowed_type_strs,
+        )
+        for c in schema.type_constraints
+        if "tensor(float)" in c.allowed_type_strs
+    }
+    inputs = tuple(f.type_str for f in schema.inputs)
+    outputs = tuple(f.type_str for f in schema.outputs)
+    return inputs, outputs, tuple(floats.items())
+
+
+@functools.cache
+def _refused(op_type: str, domain: str, opset: int, half: ir.DataType) -> frozenset[str]:
+    """The float type parameters of the op's schema that do not admit ``half``."""
+    signature = _signature(op_type, domain, opset)
+    if signature is None:
+        return frozenset()
+    column = 0 if half == _BF16 else 1
+    return frozenset(p for p, admits in signature[2] if not admits[column])
+
+
+def _formal(node: ir.Node, opset: int, outputs: bool, index: int) -> str | None:
+    """The type string of ``node``'s input (output) ``index`` in its schema."""
+    signature = _signature(node.op_type, node.domain or "", opset)
+    formal = signature[1 if outputs else 0] if signature is not None else ()
+    return formal[min(index, len(formal) - 1)] if formal else None  # a variadic last repeats
 
 
 def _half_type_params(node: ir.Node, half: ir.DataType, opset: int) -> set[str]:
     """The schema's type parameters (``T`` ...) that ``node``'s ``half`` inputs bind."""
-    schema = _schema(node, opset)
-    if schema is None:
-        return set()
-    formal = list(schema.inputs)
-    found = set()
-    for index, value in enumerate(node.inputs):
-        if _is_half(value, half) and formal:
-            param = formal[min(index, len(formal) - 1)]  # a variadic last input repeats
-            found.add(param.type_str)
-    return found
+    found = {_formal(node, opset, False, i) for i, v in enumerate(node.inputs) if _is_half(v, half)}
+    return found - {None}
 
 
 def _schema_takes(node: ir.Node, half: ir.DataType, opset: int) -> bool:
-    """Whether the op's ONNX schema admits ``half`` where ``node`` has it."""
-    schema = _schema(node, opset)
-    if schema is None:
-        return True  # not ours to judge
-    allowed = {c.type_param_str: c.allowed_type_strs for c in schema.type_constraints}
+    """Whether the op's ONNX schema admits ``half`` where ``node`` has it.
+
+    Only the type parameters that admit float32 count: widening cannot mend the others.
+    """
+    refused = _refused(node.op_type, node.domain or "", opset, half)
+    if not refused:
+        return True
     params = _half_type_params(node, half, opset) | {
         _output_type(node, i, opset) for i, out in enumerate(node.outputs) if _is_half(out, half)
     }
-    wanted = "tensor(bfloat16)" if half == _BF16 else "tensor(float16)"
-    return all(wanted in allowed[p] for p in params if p in allowed)
+    return not params & refused
 
 
 def _output_type(node: ir.Node, index: int, opset: int) -> str | None:
-    schema = _schema(node, opset)
-    if schema is None or not schema.outputs:
-        return None
-    return schema.outputs[min(index, len(schema.outputs) - 1)].type_str
+    return _formal(node, opset, True, index)
 
 
 def _small_constant(value: ir.Value) -> bool:
@@ -340,6 +426,8 @@ def _half_values(
         narrow = _NUMPY[half]
         with np.errstate(over="ignore", invalid="ignore"):
             result = bool(np.array_equal(array.astype(narrow).astype(array.dtype), array))
+    elif value.meta.get(_CARRIES) == int(half):
+        result = True
     elif depth < 64 and (node := value.producer()) is not None:
         positions = _EXACT.get(node.op_type, ())
         if node.op_type == "Cast":
