@@ -90,7 +90,7 @@ def convert():
     timing[0] = True
     start = time.perf_counter()
     import jax2onnx
-    import jax2onnx._ir  # onnx and onnx_ir, which every conversion needs
+    import jax2onnx.values.ir  # onnx and onnx_ir, which every conversion needs
 
     parts["ir"] = time.perf_counter() - start
     jax2onnx.plugins()

@@ -159,7 +159,7 @@ def _floor(fn: Any, specs: list[Any], weights: list[Any], directory: str) -> flo
     import numpy as np
     import onnx_ir as ir
 
-    from jax2onnx.specs import normalize_inputs
+    from jax2onnx.conversion.specs import normalize_inputs
 
     start = time.perf_counter()
     spec = normalize_inputs(specs, None, double=False)

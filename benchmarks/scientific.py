@@ -26,8 +26,8 @@ import numpy as np
 import onnxruntime as ort
 
 import jax2onnx
-from jax2onnx._ir import ir
 from jax2onnx.passes import indexing
+from jax2onnx.values.ir import ir
 from jax2onnx_testkit import op_counts
 
 sys.path.insert(0, str(Path(__file__).parent))

@@ -19,7 +19,7 @@ import textwrap
 import pytest
 
 import jax2onnx
-from jax2onnx.loading import PluginSet
+from jax2onnx.frontend.loading import PluginSet
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 MAX_LINES = 600
@@ -86,12 +86,12 @@ def test_distributions_meet_only_through_public_api():
 def test_the_boundary_check_catches_a_private_import(tmp_path):
     bad = tmp_path / "bad.py"
     bad.write_text(
-        "from jax2onnx.dtypes import onnx_dtype\n"
+        "from jax2onnx.values.dtypes import onnx_dtype\n"
         "from jax2onnx_lax._util import reshape\n"
         "def f():\n    import jax2onnx_testkit.check\n"
     )
     problems = _violations("jax2onnx_nn", bad)
-    assert len(problems) == 2 and "jax2onnx.dtypes" in problems[0]
+    assert len(problems) == 2 and "jax2onnx.values.dtypes" in problems[0]
     assert "jax2onnx_lax._util" in problems[1]
     assert len(_violations("jax2onnx", bad)) == 2  # the core imports no plugin at all
 

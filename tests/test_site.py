@@ -27,7 +27,7 @@ import time
 
 import pytest
 
-from jax2onnx.web import HEADLESS_FLAGS, WebRuntimeError, find_chromium
+from jax2onnx.checking.web import HEADLESS_FLAGS, WebRuntimeError, find_chromium
 
 pytestmark = pytest.mark.full_suite
 

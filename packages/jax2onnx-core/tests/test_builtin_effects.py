@@ -12,7 +12,7 @@ from jax.ad_checkpoint import checkpoint_name
 from jax.sharding import AxisType, PartitionSpec
 
 from jax2onnx import to_onnx
-from jax2onnx.errors import LoweringError
+from jax2onnx.values.errors import LoweringError
 
 
 def _run(model, *arrays):

@@ -78,7 +78,7 @@ def test_plugins_lists_every_plugin_with_counts(capsys):
 
 
 def test_plugins_lists_failures(capsys, monkeypatch):
-    from jax2onnx.loading import PluginFailure, PluginSet
+    from jax2onnx.frontend.loading import PluginFailure, PluginSet
 
     real = jax2onnx.plugins()
     failure = PluginFailure("broken", "jax2onnx-broken", "9.9", "ImportError: nope", "trace")

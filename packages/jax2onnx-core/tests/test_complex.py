@@ -10,8 +10,8 @@ from jax import lax
 from jax.extend.core import Primitive
 
 from jax2onnx import allclose, onnx_function, to_onnx
-from jax2onnx.errors import UnsupportedPrimitiveError
 from jax2onnx.plugin import Rules, complex_array, stored_array, stored_type
+from jax2onnx.values.errors import UnsupportedPrimitiveError
 
 C64 = np.complex64
 RNG = np.random.default_rng(0)

@@ -20,8 +20,8 @@ from jax.extend.core import Primitive
 
 import jax2onnx
 from jax2onnx import to_onnx
-from jax2onnx.errors import LoweringError, UnsupportedPrimitiveError, UsageError
 from jax2onnx.plugin import Rules
+from jax2onnx.values.errors import LoweringError, UnsupportedPrimitiveError, UsageError
 
 THIS_FILE = pathlib.Path(__file__).name
 
@@ -141,7 +141,7 @@ def test_file_is_written_atomically(tmp_path, monkeypatch):
     def fail(*_args, **_kwargs):
         raise OSError("disk full")
 
-    from jax2onnx import serialize
+    from jax2onnx.conversion import serialize
 
     monkeypatch.setattr(serialize, "write_streaming", fail)
     with pytest.raises(OSError, match="disk full"):
@@ -243,7 +243,7 @@ def test_unsupported_primitives_are_listed_once_with_source_avals_and_plugins():
 def test_a_primitive_inside_library_code_is_reported_at_the_users_call():
     from jax._src import source_info_util
 
-    from jax2onnx.unsupported import check_supported
+    from jax2onnx.conversion.unsupported import check_supported
 
     def user_fn(x):
         return jax.jit(lambda y: mystery_p.bind(y) * 2.0)(x)
@@ -262,9 +262,9 @@ def test_a_primitive_inside_library_code_is_reported_at_the_users_call():
 
 
 def test_missing_jax_primitive_names_the_distribution_that_provides_it():
-    from jax2onnx.loading import PluginSet
-    from jax2onnx.registry import Registry
-    from jax2onnx.unsupported import check_supported
+    from jax2onnx.conversion.unsupported import check_supported
+    from jax2onnx.frontend.loading import PluginSet
+    from jax2onnx.registration.registry import Registry
 
     closed = jax.make_jaxpr(lambda x: lax.cumsum(jnp.sin(x), axis=0))(np.zeros(3, np.float32))
     without_lax = PluginSet.load(environ={"JAX2ONNX_DISABLE_PLUGIN_AUTOLOAD": "1"})

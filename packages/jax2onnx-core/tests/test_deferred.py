@@ -20,7 +20,7 @@ from jax2onnx.plugin import (
     Rules,
     stale_manifest,
 )
-from jax2onnx.registry import Registry
+from jax2onnx.registration.registry import Registry
 
 _COUNTER = itertools.count()
 

@@ -1,4 +1,5 @@
-"""Symbolic dimension expressions computed in the graph (``jax2onnx.dims``), at several sizes."""
+"""Symbolic dimension expressions computed in the graph (``jax2onnx.values.dims``), at
+several sizes."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import onnxruntime as ort
 import pytest
 
 from jax2onnx import to_onnx
-from jax2onnx.errors import LoweringError
+from jax2onnx.values.errors import LoweringError
 
 
 def _sizes(fn, spec, lengths):

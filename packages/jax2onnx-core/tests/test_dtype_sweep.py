@@ -16,7 +16,7 @@ import pytest
 from jax import lax
 
 from jax2onnx import onnx_function
-from jax2onnx.builtin import jax2onnx_rules
+from jax2onnx.builtin.calls import jax2onnx_rules
 from jax2onnx_testkit.sweep import Probe, check_complete, check_sweep
 
 

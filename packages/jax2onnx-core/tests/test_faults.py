@@ -13,8 +13,10 @@ import onnx
 import pytest
 
 import jax2onnx
-from jax2onnx import lowering, passes, prepare, serialize, tracing
+from jax2onnx import passes
+from jax2onnx.conversion import lowering, serialize, tracing
 from jax2onnx.plugin import LoweringError, Rules
+from jax2onnx.registration import prepare
 
 
 def _model(x):

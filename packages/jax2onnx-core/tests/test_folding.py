@@ -1,4 +1,4 @@
-"""Small equations on constants are computed at conversion (jax2onnx.folding)."""
+"""Small equations on constants are computed at conversion (jax2onnx.conversion.folding)."""
 
 from __future__ import annotations
 

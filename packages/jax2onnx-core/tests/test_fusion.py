@@ -7,7 +7,7 @@ import numpy as np
 import onnxruntime as ort
 
 from jax2onnx import to_onnx
-from jax2onnx.fusion_cases.layer_norm import transformers_style
+from jax2onnx.builtin.fusion_cases.layer_norm import transformers_style
 
 
 def ops(model):

@@ -42,8 +42,8 @@ from hypothesis import strategies as st
 
 import jax2onnx
 from jax2onnx import to_onnx
-from jax2onnx._ir import ir
 from jax2onnx.plugin import Jax2OnnxError
+from jax2onnx.values.ir import ir
 
 FUZZ = settings(
     max_examples=60,

@@ -61,7 +61,7 @@ def test_an_implementation_binding_itself_is_refused():
 
 
 def test_jax_primitives_and_callbacks_are_never_inlined():
-    from jax2onnx.implementations import implementation
+    from jax2onnx.registration.implementations import implementation
 
     assert implementation(jax.lax.sin_p) is None  # XLA's own: it only binds itself again
     from jax._src.callback import pure_callback_p

@@ -40,7 +40,7 @@ def test_loading_the_installed_plugins_builds_no_case_and_compiles_nothing():
         "compiled = []\n"
         "listen = jax.monitoring.register_event_duration_secs_listener\n"
         "listen(lambda event, *_, **__: compiled.append(event) if 'compile' in event else None)\n"
-        "from jax2onnx import cases\n"
+        "from jax2onnx.registration import cases\n"
         "built = []\n"
         "original = cases.Case.__post_init__\n"
         "cases.Case.__post_init__ = lambda case: (built.append(case.name), original(case))[1]\n"

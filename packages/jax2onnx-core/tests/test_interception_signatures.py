@@ -28,7 +28,7 @@ import onnxruntime as ort
 import pytest
 
 import jax2onnx
-from jax2onnx.interceptions import _stand_in, resolve
+from jax2onnx.registration.interceptions import _stand_in, resolve
 
 _P = inspect.Parameter
 

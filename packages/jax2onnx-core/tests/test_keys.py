@@ -11,7 +11,7 @@ import pytest
 from jax import export
 
 from jax2onnx import to_onnx
-from jax2onnx.keys import is_extended, on_key_data, physical
+from jax2onnx.values.keys import is_extended, on_key_data, physical
 
 _KEY_DTYPE = jax.eval_shape(lambda: jax.random.key(0)).dtype
 

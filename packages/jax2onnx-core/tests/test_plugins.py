@@ -16,11 +16,12 @@ import jax.numpy as jnp
 import pytest
 
 import jax2onnx
-from jax2onnx import converter, hookspecs
-from jax2onnx.errors import PluginConflictError, PluginLoadError
-from jax2onnx.loading import CORE_PLUGIN, PluginSet
+from jax2onnx.conversion import converter
+from jax2onnx.frontend.loading import CORE_PLUGIN, PluginSet
 from jax2onnx.plugin import CaseError, Rules
-from jax2onnx.registry import Registry
+from jax2onnx.registration import hookspecs
+from jax2onnx.registration.registry import Registry
+from jax2onnx.values.errors import PluginConflictError, PluginLoadError
 
 FIXTURES = pathlib.Path(__file__).parent / "fixtures" / "plugins"
 REPO = pathlib.Path(__file__).resolve().parents[3]

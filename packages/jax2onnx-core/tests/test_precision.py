@@ -12,8 +12,8 @@ import pytest
 from jax import lax
 
 import jax2onnx
-from jax2onnx.kernels import HALF_KERNELS
 from jax2onnx.plugin import native_kernel, run_session
+from jax2onnx.values.kernels import HALF_KERNELS
 
 BF16 = np.dtype(ml_dtypes.bfloat16)
 F32 = np.float32
@@ -236,8 +236,8 @@ def test_the_half_precision_table_is_onnx_runtimes(dtype):
 
 def test_an_untyped_result_of_a_widened_op_is_cast_back():
     """A rule may leave an output untyped: the schema says it has its inputs' type."""
-    from jax2onnx._ir import ir
     from jax2onnx.passes import FoldCastsPass, WidenHalfPrecisionPass
+    from jax2onnx.values.ir import ir
 
     x = ir.Value(name="x", shape=ir.Shape([3]), type=ir.TensorType(ir.DataType.BFLOAT16))
     exp = ir.Node("", "Exp", [x], num_outputs=1)
@@ -353,8 +353,8 @@ def test_native_half_precision_widens_loop_and_if_below_opset_16():
 @pytest.mark.parametrize("native", [False, True], ids=["default", "native"])
 def test_a_bfloat16_constant_of_shape_below_opset_20_is_widened(native):
     """ConstantOfShape has bfloat16 from opset 20: before, it fills float32, Cast back."""
-    from jax2onnx._ir import ir
     from jax2onnx.passes import FoldCastsPass, WidenHalfPrecisionPass
+    from jax2onnx.values.ir import ir
 
     shape = ir.Value(name="shape", shape=ir.Shape([2]), type=ir.TensorType(ir.DataType.INT64))
     fill = ir.Tensor(np.array([1.5], BF16))

@@ -18,8 +18,9 @@ import onnx.numpy_helper
 import onnxruntime as ort
 import pytest
 
-from jax2onnx import serialize, to_onnx
-from jax2onnx.serialize import STREAM_MIN_BYTES
+from jax2onnx import to_onnx
+from jax2onnx.conversion import serialize
+from jax2onnx.conversion.serialize import STREAM_MIN_BYTES
 
 RNG = np.random.default_rng(0)
 W = RNG.standard_normal((64, 128)).astype(np.float32)

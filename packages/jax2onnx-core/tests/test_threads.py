@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import jax2onnx
-from jax2onnx.interceptions import BOARD, resolve
+from jax2onnx.registration.interceptions import BOARD, resolve
 
 
 def _intercepted_attributes() -> dict[str, object]:
@@ -146,7 +146,7 @@ def test_restoring_keeps_an_attribute_the_user_assigned_meanwhile():
 
     module = types.ModuleType("j2o_thread_demo")
     module.fn = lambda v: v + 1
-    from jax2onnx.interceptions import _MISSING
+    from jax2onnx.registration.interceptions import _MISSING
 
     acquired = []
     with BOARD.locked():

@@ -14,7 +14,7 @@ import onnx
 import pytest
 
 from jax2onnx import allclose, allclose_onnxruntime_web, to_onnx
-from jax2onnx.web import WebRuntimeError, find_chromium, find_package
+from jax2onnx.checking.web import WebRuntimeError, find_chromium, find_package
 
 W = np.linspace(-1.0, 1.0, 5000 * 4, dtype=np.float32).reshape(5000, 4)
 
@@ -133,7 +133,7 @@ def test_node_runner_matches_cpu_exactly_for_every_dtype(web_model):
 @needs_node
 def test_node_runner_reports_a_mismatch_it_cannot_hide(tmp_path, web_model, monkeypatch):
     """A model that differs from the one ORT CPU ran must fail: swap the file under the runner."""
-    from jax2onnx import web
+    from jax2onnx.checking import web
 
     other = str(tmp_path / "other.onnx")
     to_onnx(

@@ -7,7 +7,7 @@ import pytest
 from jax import lax
 
 from jax2onnx import to_onnx
-from jax2onnx.errors import LoweringError, UsageError
+from jax2onnx.values.errors import LoweringError, UsageError
 
 
 def test_hessenberg_of_an_empty_matrix_is_refused_clearly():

@@ -8,25 +8,19 @@ itself imports would re-enter a plugin package that imported
 
 from __future__ import annotations
 
-import functools
-from importlib.metadata import PackageNotFoundError, version
 from typing import TYPE_CHECKING
 
-try:
-    __version__ = version("jax2onnx-core")
-except PackageNotFoundError:  # pragma: no cover - running from a source tree
-    __version__ = "0.0.0"
-
-from jax2onnx.api import convert, to_onnx, traced_callable
-from jax2onnx.functions import onnx_function
-from jax2onnx.loading import PluginSet
-from jax2onnx.validation import allclose, allclose_onnxruntime_web
+from jax2onnx.checking.validation import allclose, allclose_onnxruntime_web
+from jax2onnx.conversion.functions import onnx_function
+from jax2onnx.frontend.api import convert, to_onnx, traced_callable
+from jax2onnx.frontend.loading import PluginSet, plugins
+from jax2onnx.values.version import __version__
 
 if TYPE_CHECKING:
-    from jax2onnx.divergence import VerifyReport
-    from jax2onnx.verification import verify
+    from jax2onnx.checking.divergence import VerifyReport
+    from jax2onnx.checking.verification import verify
 
-_LAZY = {"verify": "jax2onnx.verification", "VerifyReport": "jax2onnx.divergence"}
+_LAZY = {"verify": "jax2onnx.checking.verification", "VerifyReport": "jax2onnx.checking.divergence"}
 
 
 def __getattr__(name: str):  # verify loads on first use: import jax2onnx stays lean
@@ -36,29 +30,6 @@ def __getattr__(name: str):  # verify loads on first use: import jax2onnx stays 
     import importlib
 
     return getattr(importlib.import_module(module), name)
-
-
-@functools.cache
-def plugins() -> PluginSet:
-    """The plugin set loaded from the environment (once per process, on first use).
-
-    ``to_onnx`` and the ``jax2onnx`` command line use this set. The
-    ``JAX2ONNX_*PLUGIN*`` environment variables (see `PluginSet.load`) are
-    read on the first call only.
-
-    Returns:
-        The cached `PluginSet`: ``plugins()`` returns the same object every
-            time.
-
-    Example:
-        ```python
-        import jax2onnx
-
-        for plugin in jax2onnx.plugins().plugins:
-            print(plugin.name, plugin.distribution, plugin.version)
-        ```
-    """
-    return PluginSet.load()
 
 
 __all__ = [

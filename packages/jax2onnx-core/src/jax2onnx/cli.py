@@ -38,7 +38,7 @@ import sys
 from collections.abc import Iterator, Sequence
 from typing import Any, TextIO
 
-from jax2onnx.errors import UsageError
+from jax2onnx.values.errors import UsageError
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -233,8 +233,8 @@ def cmd_manifest(args: argparse.Namespace, out: TextIO) -> int:
     import importlib.metadata
     from pathlib import Path
 
-    from jax2onnx.deferred import source
-    from jax2onnx.loading import ENTRY_POINT_GROUP
+    from jax2onnx.frontend.loading import ENTRY_POINT_GROUP
+    from jax2onnx.registration.manifest import source
 
     found = [
         ep
@@ -323,7 +323,7 @@ def _argument_errors() -> Iterator[None]:
     try:
         yield
     except (TypeError, ValueError) as err:
-        from jax2onnx.errors import Jax2OnnxError
+        from jax2onnx.values.errors import Jax2OnnxError
 
         if isinstance(err, Jax2OnnxError):
             raise
@@ -532,7 +532,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Exception as err:
         if args.traceback:
             raise
-        from jax2onnx.errors import Jax2OnnxError
+        from jax2onnx.values.errors import Jax2OnnxError
 
         if isinstance(err, Jax2OnnxError):
             message = str(err)  # our messages are written to be read in full

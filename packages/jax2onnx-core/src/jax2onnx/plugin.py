@@ -31,12 +31,16 @@ Example:
 
 from typing import TYPE_CHECKING
 
-from jax2onnx.cases import Case, CaseError, case
-from jax2onnx.deferred import DeferredFamily
-from jax2onnx.deferred import stale as stale_manifest
-from jax2onnx.dims import is_symbolic
-from jax2onnx.dtypes import onnx_dtype
-from jax2onnx.errors import (
+from jax2onnx.registration.cases import Case, CaseError, case
+from jax2onnx.registration.deferred import DeferredFamily
+from jax2onnx.registration.family import Family
+from jax2onnx.registration.hookspecs import hookimpl
+from jax2onnx.registration.manifest import stale as stale_manifest
+from jax2onnx.registration.prepare import PrepareConfig
+from jax2onnx.registration.rules import Interception, Lowering, Prepared, Rules
+from jax2onnx.values.dims import is_symbolic
+from jax2onnx.values.dtypes import onnx_dtype
+from jax2onnx.values.errors import (
     Jax2OnnxError,
     LoweringError,
     NonDifferentiableError,
@@ -45,40 +49,37 @@ from jax2onnx.errors import (
     UnsupportedPrimitiveError,
     UsageError,
 )
-from jax2onnx.family import Family
-from jax2onnx.hookspecs import hookimpl
-from jax2onnx.keys import from_parts as complex_array
-from jax2onnx.keys import is_extended as is_key_dtype
-from jax2onnx.keys import physical as stored_type
-from jax2onnx.prepare import PrepareConfig
-from jax2onnx.rules import Interception, Lowering, Prepared, Rules
+from jax2onnx.values.keys import from_parts as complex_array
+from jax2onnx.values.keys import is_extended as is_key_dtype
+from jax2onnx.values.keys import physical as stored_type
 
 if TYPE_CHECKING:
-    from jax2onnx.caching import at_conversion
-    from jax2onnx.context import LoweringContext, SubgraphBuilder, user_line
-    from jax2onnx.interceptions import module_paths
-    from jax2onnx.kernels import has_kernel, kernel_dtype, kernel_dtypes, native_kernel
-    from jax2onnx.macro import batch_at_front, call_arguments
-    from jax2onnx.specs import new_dimension
-    from jax2onnx.validation import run_session
-    from jax2onnx.validation import stored as stored_array
+    from jax2onnx.checking.validation import run_session
+    from jax2onnx.checking.validation import stored as stored_array
+    from jax2onnx.conversion.caching import at_conversion
+    from jax2onnx.conversion.context import LoweringContext, SubgraphBuilder
+    from jax2onnx.conversion.specs import new_dimension
+    from jax2onnx.registration.interceptions import module_paths
+    from jax2onnx.registration.macro import batch_at_front, call_arguments
+    from jax2onnx.values.kernels import has_kernel, kernel_dtype, kernel_dtypes, native_kernel
+    from jax2onnx.values.provenance import user_line
 
 _LAZY = {
     # onnx_ir and jax.interpreters load with the converter, not with a plugin's import
-    "LoweringContext": "jax2onnx.context",
-    "at_conversion": "jax2onnx.caching",
-    "SubgraphBuilder": "jax2onnx.context",
-    "user_line": "jax2onnx.context",
-    "call_arguments": "jax2onnx.macro",
-    "batch_at_front": "jax2onnx.macro",
-    "has_kernel": "jax2onnx.kernels",
-    "kernel_dtype": "jax2onnx.kernels",
-    "kernel_dtypes": "jax2onnx.kernels",
-    "native_kernel": "jax2onnx.kernels",
-    "run_session": "jax2onnx.validation",
-    "new_dimension": "jax2onnx.specs",
-    "module_paths": "jax2onnx.interceptions",
-    "stored_array": "jax2onnx.validation",
+    "LoweringContext": "jax2onnx.conversion.context",
+    "at_conversion": "jax2onnx.conversion.caching",
+    "SubgraphBuilder": "jax2onnx.conversion.context",
+    "user_line": "jax2onnx.values.provenance",
+    "call_arguments": "jax2onnx.registration.macro",
+    "batch_at_front": "jax2onnx.registration.macro",
+    "has_kernel": "jax2onnx.values.kernels",
+    "kernel_dtype": "jax2onnx.values.kernels",
+    "kernel_dtypes": "jax2onnx.values.kernels",
+    "native_kernel": "jax2onnx.values.kernels",
+    "run_session": "jax2onnx.checking.validation",
+    "new_dimension": "jax2onnx.conversion.specs",
+    "module_paths": "jax2onnx.registration.interceptions",
+    "stored_array": "jax2onnx.checking.validation",
 }
 
 _RENAMED = {"stored_array": "stored"}

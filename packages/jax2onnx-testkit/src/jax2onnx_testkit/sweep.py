@@ -71,9 +71,9 @@ class Probe:
         contains: primitive names of which one must be in the jaxpr at a
             dtype for that dtype to count (default: ``primitive``).
         eager: the primitive is a function a plugin intercepts (a name such
-            as ``lax.numpy.unique``, absent from jaxprs; it may have sizes
-            that depend on the data): a dtype counts when JAX runs ``fn`` op
-            by op, which gives the reference too.
+            as ``lax.numpy.unique`` or ``nn.relu``, absent from jaxprs): a
+            dtype counts when JAX traces ``fn``, or, where sizes depend on
+            the data, runs it op by op (which then gives the reference).
         data: ``(rng, shape, dtype, position) -> array`` for inputs that need
             particular values (nonzero divisors, a domain, valid indices);
             None for the default draws.
@@ -127,7 +127,7 @@ class _Member:
     size: str  # "small" or "zero"
     specs: list[jax.ShapeDtypeStruct]
     args: list[np.ndarray]
-    expected: list[np.ndarray]
+    expected: list[np.ndarray] | None  # None until JAX has computed it
 
     @property
     def key(self) -> tuple[str, str]:
@@ -173,29 +173,29 @@ def _members(probe: Probe, dtypes: Sequence[np.dtype], result: SweepResult) -> l
                 for i, shape in enumerate(shapes)
             ]
             seed = zlib.crc32(f"{probe.id}/{dtype.name}/{size}".encode())
-            member = _Member(dtype, size, specs, _draw(probe, specs, seed), [])
-            if probe.eager:
-                try:
+            member = _Member(dtype, size, specs, _draw(probe, specs, seed), None)
+            try:
+                jaxpr = jax.make_jaxpr(probe.fn)(*specs)
+            except Exception:  # JAX does not take this dtype, or sizes depend on the data
+                if not probe.eager:
+                    continue
+                try:  # op by op, where jnp.unique and the like give sizes from the data
                     member.expected = _outputs(probe.fn(*member.args))
                 except Exception:  # JAX does not take this dtype
                     continue
-                members.append(member)
-                continue
+            else:
+                if not probe.eager and not wanted & set(_primitives(jaxpr.jaxpr)):
+                    continue
+            members.append(member)
+    computed = [m for m in members if m.expected is None]
+    try:  # one XLA program for all: compiling is most of a sweep's time
+        _reference(probe, computed)
+    except Exception:  # some member JAX traces but cannot run on CPU
+        for member in computed:
             try:
-                jaxpr = jax.make_jaxpr(probe.fn)(*specs)
-            except Exception:  # JAX does not take this dtype
-                continue
-            if wanted & set(_primitives(jaxpr.jaxpr)):
-                members.append(member)
-    if not probe.eager:
-        try:  # one XLA program for all: compiling is most of a sweep's time
-            _reference(probe, members)
-        except Exception:  # some member JAX traces but cannot run on CPU
-            for member in list(members):
-                try:
-                    _reference(probe, [member])
-                except Exception:
-                    members.remove(member)
+                _reference(probe, [member])
+            except Exception:
+                members.remove(member)
     # a dtype JAX cannot compute at the small shapes is not one it accepts, even where
     # it returns the empty result of the zero-size ones without computing anything
     small = {m.dtype.name for m in members if m.size == "small"}

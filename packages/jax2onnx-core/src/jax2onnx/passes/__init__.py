@@ -23,11 +23,12 @@ deterministic, so the same input gives a byte-identical model. Last, the
 precision step (:mod:`jax2onnx.passes.precision`): bfloat16 ops ONNX
 Runtime's CPU provider has no kernel for compute in float32 between Casts,
 and Cast pairs that cancel go.
+
+May use: values.
 """
 
 from __future__ import annotations
 
-from jax2onnx._ir import common, ir
 from jax2onnx.passes.constants import FoldConstantsPass
 from jax2onnx.passes.fusion import FusePatternsPass
 from jax2onnx.passes.gemm import FuseMatMulAddPass
@@ -37,6 +38,7 @@ from jax2onnx.passes.precision import FoldCastsPass, WidenHalfPrecisionPass
 from jax2onnx.passes.reshapes import FoldReshapesPass
 from jax2onnx.passes.transposes import FoldTransposesPass
 from jax2onnx.passes.weights import DeduplicateWeightsPass
+from jax2onnx.values.ir import common, ir
 
 __all__ = [
     "DeduplicateWeightsPass",
@@ -99,7 +101,7 @@ def _fill_metadata(graph: ir.Graph) -> None:
     """Nodes a pass made without source metadata (a Transpose moved through the graph,
     an Identity for a repeated output) take that of a node they feed, else of a node
     feeding them, when the lowering wrote any."""
-    from jax2onnx.provenance import SOURCE_KEY
+    from jax2onnx.values.provenance import SOURCE_KEY
 
     nodes = list(graph)
     if not any(SOURCE_KEY in n.metadata_props for n in nodes):

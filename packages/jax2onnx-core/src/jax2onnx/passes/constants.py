@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from jax2onnx._ir import ir
-from jax2onnx.dtypes import exact_cast
+from jax2onnx.values.dtypes import exact_cast
+from jax2onnx.values.ir import ir
 
 _FLOATS = frozenset((np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64)))
 _INTS = frozenset(

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from jax2onnx._ir import ir
+from jax2onnx.values.ir import ir
 
 _GEMM_DTYPES = frozenset((ir.DataType.FLOAT, ir.DataType.DOUBLE, ir.DataType.FLOAT16))
 

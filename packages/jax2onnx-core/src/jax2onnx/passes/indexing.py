@@ -21,8 +21,8 @@ from collections.abc import Iterator
 
 import numpy as np
 
-from jax2onnx._ir import ir
 from jax2onnx.passes.fusion.match import new_constant
+from jax2onnx.values.ir import ir
 
 _ONNX = ("", "ai.onnx")
 

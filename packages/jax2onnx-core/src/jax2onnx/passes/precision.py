@@ -1,9 +1,9 @@
 """The precision step: half-precision ops ONNX Runtime's CPU provider cannot run compute in float32.
 
 Rules emit bfloat16 and float16 ops as the jaxpr computes them (see
-:func:`jax2onnx.kernels.has_kernel`). :class:`WidenHalfPrecisionPass` then
+:func:`jax2onnx.values.kernels.has_kernel`). :class:`WidenHalfPrecisionPass` then
 gives every such op without a CPU kernel of its own
-(:func:`jax2onnx.kernels.native_kernel`, the table read from ONNX Runtime's
+(:func:`jax2onnx.values.kernels.native_kernel`, the table read from ONNX Runtime's
 kernel registry) float32 operands and Casts its results back. XLA's CPU
 backend computes half-precision elementwise math the same way, so the
 numbers are the ones JAX computes on CPU: each op rounds once, where the
@@ -41,8 +41,8 @@ from typing import Any
 
 import numpy as np
 
-from jax2onnx._ir import ir
-from jax2onnx.kernels import BFLOAT16, DEFAULT_OPSET, F32, native_kernel
+from jax2onnx.values.ir import ir
+from jax2onnx.values.kernels import BFLOAT16, DEFAULT_OPSET, F32, native_kernel
 
 _BF16 = ir.DataType.BFLOAT16
 _F16 = ir.DataType.FLOAT16

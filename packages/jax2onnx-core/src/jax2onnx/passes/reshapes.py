@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from jax2onnx._ir import ir
+from jax2onnx.values.ir import ir
 
 _SHAPE_ONLY = frozenset(("Reshape", "Squeeze", "Unsqueeze", "Flatten"))
 

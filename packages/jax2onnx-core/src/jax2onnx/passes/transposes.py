@@ -24,7 +24,7 @@ import itertools
 
 import numpy as np
 
-from jax2onnx._ir import ir
+from jax2onnx.values.ir import ir
 
 _UNARY = frozenset(
     "Abs Acos Acosh Asin Asinh Atan Atanh BitwiseNot Cast Ceil Celu Cos Cosh Elu Erf Exp "

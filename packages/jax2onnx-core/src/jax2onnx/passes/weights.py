@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from jax2onnx._ir import ir
+from jax2onnx.values.ir import ir
 
 
 class DeduplicateWeightsPass(ir.passes.InPlacePass):

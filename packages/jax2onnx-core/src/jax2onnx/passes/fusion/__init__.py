@@ -30,7 +30,6 @@ from typing import Any
 
 import numpy as np
 
-from jax2onnx._ir import ir
 from jax2onnx.passes.fusion import (
     attention,
     batch_norm_fold,
@@ -47,6 +46,7 @@ from jax2onnx.passes.fusion import (
     softplus,
 )
 from jax2onnx.passes.fusion.match import DEFAULT_DOMAINS, new_constant
+from jax2onnx.values.ir import ir
 
 Rewrite = tuple[Sequence[str], Callable[[Any, ir.Node], bool]]
 

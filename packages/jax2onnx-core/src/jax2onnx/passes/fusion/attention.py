@@ -31,8 +31,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from jax2onnx._ir import ir
-from jax2onnx.kernels import has_kernel
 from jax2onnx.passes.fusion.attention_mask import masks_for, uniform
 from jax2onnx.passes.fusion.layout import (
     Walked,
@@ -46,6 +44,8 @@ from jax2onnx.passes.fusion.layout import (
     walk,
 )
 from jax2onnx.passes.fusion.match import Match, int_attr, node, operands, producer
+from jax2onnx.values.ir import ir
+from jax2onnx.values.kernels import has_kernel
 
 MIN_OPSET = 23
 SWAP = (0, 1, 3, 2)

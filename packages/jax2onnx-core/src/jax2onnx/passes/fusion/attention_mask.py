@@ -52,10 +52,10 @@ from typing import Any
 
 import numpy as np
 
-from jax2onnx._ir import ir
 from jax2onnx.passes.fusion.canonical import static_or_symbolic
 from jax2onnx.passes.fusion.causal import is_causal
 from jax2onnx.passes.fusion.match import constant, node, producer
+from jax2onnx.values.ir import ir
 
 F32 = np.float32
 BIG = F32(-0.7 * float(np.finfo(F32).max))

@@ -28,8 +28,6 @@ from typing import Any
 
 import numpy as np
 
-from jax2onnx._ir import ir
-from jax2onnx.kernels import has_kernel
 from jax2onnx.passes.fusion.channels import per_channel
 from jax2onnx.passes.fusion.layer_norm import sole_user
 from jax2onnx.passes.fusion.match import (
@@ -40,6 +38,8 @@ from jax2onnx.passes.fusion.match import (
     node,
     rank,
 )
+from jax2onnx.values.ir import ir
+from jax2onnx.values.kernels import has_kernel
 
 AFFINE = ("Mul", "Div", "Add", "Sub")
 

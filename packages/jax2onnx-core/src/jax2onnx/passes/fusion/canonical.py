@@ -18,7 +18,6 @@ from typing import Any
 
 import numpy as np
 
-from jax2onnx._ir import ir
 from jax2onnx.passes.fusion.match import (
     Match,
     constant,
@@ -29,6 +28,7 @@ from jax2onnx.passes.fusion.match import (
     reduced_axes,
     scalar,
 )
+from jax2onnx.values.ir import ir
 
 REDUCES = (
     "ReduceSum",

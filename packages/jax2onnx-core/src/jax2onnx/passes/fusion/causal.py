@@ -18,9 +18,9 @@ from typing import Any
 
 import numpy as np
 
-from jax2onnx._ir import ir
 from jax2onnx.passes.fusion.canonical import static_or_symbolic
 from jax2onnx.passes.fusion.match import constant, operands, producer, rank, scalar
+from jax2onnx.values.ir import ir
 
 _FLAT = ("Cast", "Expand", "Unsqueeze")
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from jax2onnx._ir import ir
 from jax2onnx.passes.fusion.match import constant
+from jax2onnx.values.ir import ir
 
 
 def per_channel(value: ir.Value | None, rank: int, axis: int, size: int) -> np.ndarray | None:

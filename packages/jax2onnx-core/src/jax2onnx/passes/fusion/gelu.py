@@ -38,9 +38,9 @@ from typing import Any
 
 import numpy as np
 
-from jax2onnx._ir import ir
 from jax2onnx.passes.fusion.match import is_scalar, node, operands, producer, scalar
 from jax2onnx.passes.fusion.terms import close, evaluate, fuse, kernel, polynomial, product
+from jax2onnx.values.ir import ir
 
 MIN_OPSET = 20
 SQRT_HALF = math.sqrt(0.5)

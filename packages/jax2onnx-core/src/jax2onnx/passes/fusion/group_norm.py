@@ -31,12 +31,12 @@ from typing import Any
 
 import numpy as np
 
-from jax2onnx._ir import ir
-from jax2onnx.kernels import has_kernel
 from jax2onnx.passes.fusion.canonical import static_or_symbolic
 from jax2onnx.passes.fusion.channels import per_channel
 from jax2onnx.passes.fusion.layer_norm import normalised, sole_user
 from jax2onnx.passes.fusion.match import Match, constant, node, producer
+from jax2onnx.values.ir import ir
+from jax2onnx.values.kernels import has_kernel
 
 MIN_OPSET = 21
 

@@ -27,9 +27,9 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
-from jax2onnx._ir import ir
 from jax2onnx.passes.fusion.match import node, operands, producer, scalar
 from jax2onnx.passes.fusion.terms import close, fuse, kernel, product
+from jax2onnx.values.ir import ir
 
 HARD_SWISH_OPSET = 14
 

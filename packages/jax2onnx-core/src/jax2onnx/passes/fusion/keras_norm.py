@@ -25,8 +25,6 @@ from typing import Any
 
 import numpy as np
 
-from jax2onnx._ir import ir
-from jax2onnx.kernels import has_kernel
 from jax2onnx.passes.fusion.layer_norm import (
     MIN_OPSET,
     along,
@@ -36,6 +34,8 @@ from jax2onnx.passes.fusion.layer_norm import (
     variance_of,
 )
 from jax2onnx.passes.fusion.match import Match, constant, operands, producer, scalar
+from jax2onnx.values.ir import ir
+from jax2onnx.values.kernels import has_kernel
 
 
 def shift_of(match: Match, value: ir.Value, inv: ir.Value) -> tuple[ir.Value, Any] | None:

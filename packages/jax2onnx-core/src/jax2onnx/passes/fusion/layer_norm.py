@@ -20,8 +20,6 @@ from typing import Any
 
 import numpy as np
 
-from jax2onnx._ir import ir
-from jax2onnx.kernels import has_kernel
 from jax2onnx.passes.fusion.match import (
     Match,
     constant,
@@ -32,6 +30,8 @@ from jax2onnx.passes.fusion.match import (
     reduced_axes,
     scalar,
 )
+from jax2onnx.values.ir import ir
+from jax2onnx.values.kernels import has_kernel
 
 MIN_OPSET = 17
 

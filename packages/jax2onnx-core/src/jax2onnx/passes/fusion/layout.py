@@ -13,9 +13,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from jax2onnx._ir import ir
 from jax2onnx.passes.fusion.canonical import static_or_symbolic
 from jax2onnx.passes.fusion.match import node, operands, producer, rank, scalar
+from jax2onnx.values.ir import ir
 
 Perm = tuple[int, ...]
 

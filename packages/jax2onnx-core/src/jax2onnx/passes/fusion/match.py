@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from jax2onnx._ir import ir
+from jax2onnx.values.ir import ir
 
 DEFAULT_DOMAINS = ("", "ai.onnx")
 

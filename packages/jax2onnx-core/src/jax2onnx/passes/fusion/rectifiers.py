@@ -25,10 +25,10 @@ from typing import Any
 
 import numpy as np
 
-from jax2onnx._ir import ir
 from jax2onnx.passes.fusion.hard_sigmoid import clipped
 from jax2onnx.passes.fusion.match import node, operands, producer, scalar
 from jax2onnx.passes.fusion.terms import fuse, kernel
+from jax2onnx.values.ir import ir
 
 
 def relu(ctx: Any, anchor: ir.Node) -> bool:

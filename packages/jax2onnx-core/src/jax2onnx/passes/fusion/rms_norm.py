@@ -29,8 +29,6 @@ from typing import Any
 
 import numpy as np
 
-from jax2onnx._ir import ir
-from jax2onnx.kernels import has_kernel
 from jax2onnx.passes.fusion.canonical import static_or_symbolic
 from jax2onnx.passes.fusion.layer_norm import (
     along,
@@ -50,6 +48,8 @@ from jax2onnx.passes.fusion.match import (
     producer,
     scalar,
 )
+from jax2onnx.values.ir import ir
+from jax2onnx.values.kernels import has_kernel
 
 MIN_OPSET = 23
 # dtypes whose norm transformers computes in float32 and RMSNormalization does too

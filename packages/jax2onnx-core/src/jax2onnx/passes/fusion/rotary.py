@@ -35,12 +35,12 @@ from typing import Any
 
 import numpy as np
 
-from jax2onnx._ir import ir
-from jax2onnx.kernels import has_kernel
 from jax2onnx.passes.fusion.canonical import static_or_symbolic
 from jax2onnx.passes.fusion.layout import compose, identity, inverse, sole_user
 from jax2onnx.passes.fusion.match import Match, constant, int_attr, node, operands, producer
 from jax2onnx.passes.fusion.rotary_tables import Table, shape_through, slice_of, table_of
+from jax2onnx.values.ir import ir
+from jax2onnx.values.kernels import has_kernel
 
 MIN_OPSET = 23
 

@@ -17,9 +17,9 @@ from typing import Any
 
 import numpy as np
 
-from jax2onnx._ir import ir
 from jax2onnx.passes.fusion.canonical import static_or_symbolic
 from jax2onnx.passes.fusion.match import constant, int_attr, producer
+from jax2onnx.values.ir import ir
 
 INT64_MIN = int(np.iinfo(np.int64).min)
 

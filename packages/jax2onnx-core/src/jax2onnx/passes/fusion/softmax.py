@@ -30,8 +30,6 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from jax2onnx._ir import ir
-from jax2onnx.kernels import has_kernel
 from jax2onnx.passes.fusion.match import (
     Match,
     constant,
@@ -43,6 +41,8 @@ from jax2onnx.passes.fusion.match import (
     reduced_axes,
     scalar,
 )
+from jax2onnx.values.ir import ir
+from jax2onnx.values.kernels import has_kernel
 
 
 def _axis_of(reduce: ir.Node, x_rank: int) -> int | None:

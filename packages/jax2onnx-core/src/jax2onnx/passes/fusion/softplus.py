@@ -25,9 +25,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from jax2onnx._ir import ir
 from jax2onnx.passes.fusion.match import is_scalar, node, operands, producer, scalar
 from jax2onnx.passes.fusion.terms import fuse, kernel, product
+from jax2onnx.values.ir import ir
 
 MISH_OPSET = 18
 

@@ -23,10 +23,10 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from jax2onnx._ir import ir
-from jax2onnx.kernels import has_kernel
 from jax2onnx.passes.fusion.canonical import static_or_symbolic
 from jax2onnx.passes.fusion.match import DEFAULT_DOMAINS, Match, constant, scalar
+from jax2onnx.values.ir import ir
+from jax2onnx.values.kernels import has_kernel
 
 MAX_WALK = 12  # nodes a product or polynomial may span
 
