@@ -71,3 +71,29 @@ def test_library_primitives_are_reported_as_inlined():
     fn, shape = solvers.SOLVES["lineax_lu"]
     assert convert(fn, [shape]).report.inlined == {"linear_solve"}
     assert convert(jnp.sin, [(4,)]).report.inlined == frozenset()
+
+
+def test_a_library_imported_while_tracing_gets_its_interceptions_on_the_first_conversion(
+    tmp_path,
+):
+    """The solvers import optimistix (and so Equinox) inside the function: the first
+    conversion in a fresh process must still see Equinox's error checks intercepted."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\n"
+        "import numpy as np\n"
+        "import jax2onnx\n"
+        "from jax2onnx_equinox import solvers\n"
+        "assert 'equinox' not in sys.modules\n"
+        "fn, shape = solvers.SOLVES['optimistix_newton']\n"
+        "x = np.linspace(0.5, 1.5, shape[0]).astype(np.float32)\n"
+        "path = sys.argv[1]\n"
+        "jax2onnx.to_onnx(fn, [x.shape], return_mode='file', output_path=path)\n"
+        "ok, why = jax2onnx.allclose(fn, path, [x], rtol=1e-4, atol=1e-5)\n"
+        "assert ok, why\n"
+    )
+    model = str(tmp_path / "newton.onnx")
+    result = subprocess.run([sys.executable, "-c", code, model], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr[-2000:]

@@ -98,15 +98,31 @@ def _trace_flat(flat: Callable[..., Any], specs: Any, registry: Any) -> tuple[An
             keys.callback(EAGER_KEY.reset, EAGER_KEY.set(("at_conversion", interceptions)))
             return jax.make_jaxpr(target, return_shape=True)(*specs.all_specs)
 
+    def traced(target):
+        # a library the function imports while it traces (``import equinox`` inside it)
+        # brings interceptions that were not installed: trace once more with them
+        nonlocal interceptions
+        try:
+            result = make_jaxpr(target)
+        except Exception:
+            if registry.interceptions == interceptions:
+                raise
+            interceptions = registry.interceptions
+            return make_jaxpr(target)
+        if registry.interceptions != interceptions:
+            interceptions = registry.interceptions
+            return make_jaxpr(target)
+        return result
+
     try:
         try:
-            closed, out_shapes = make_jaxpr(flat)
+            closed, out_shapes = traced(flat)
         except jax.errors.ConcretizationTypeError:
             flags = _flag_positions(specs)
             if not flags:
                 raise
             # bool flags in Python control flow (``if deterministic:``): one branch per value
-            closed, out_shapes = make_jaxpr(_branch_on_flags(flat, flags))
+            closed, out_shapes = traced(_branch_on_flags(flat, flags))
     except jax.errors.ConcretizationTypeError as err:
         if param_names:
             raise TypeError(
