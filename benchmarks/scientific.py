@@ -5,7 +5,9 @@
 
 For each example, in one process: the nodes of the exported model (every graph,
 Loop bodies included) with the indexing pass (``FoldIndexingPass``) and
-without it, the conversion time (median of 3), ONNX Runtime's latency against
+without it, the node executions of one ONNX Runtime call (from ORT's profiler:
+every node run, in Loop and If bodies once per step), the conversion time
+(median of 3), ONNX Runtime's latency against
 ``jax.jit`` of the same function on the same input (calls alternating after a
 warm-up; medians), and the largest absolute difference of the outputs.
 "Without the pass" replaces the pass's work by nothing for one conversion, in
@@ -49,6 +51,26 @@ def nodes(model) -> int:
     return sum(op_counts(model).values())
 
 
+def node_runs(proto, feed) -> tuple[int, int]:
+    """(node executions, of them inside Loop/If bodies) of one call, from ORT's profiler."""
+    import json
+    import tempfile
+
+    options = ort.SessionOptions()
+    options.enable_profiling = True
+    with tempfile.TemporaryDirectory() as folder:
+        options.profile_file_prefix = str(Path(folder) / "profile")
+        session = ort.InferenceSession(
+            proto.SerializeToString(), options, providers=["CPUExecutionProvider"]
+        )
+        session.run(None, feed)
+        events = json.loads(Path(session.end_profiling()).read_text())
+    top = {n.name for n in proto.graph.node}
+    runs = [e for e in events if e.get("cat") == "Node" and e["name"].endswith("_kernel_time")]
+    nested = [e for e in runs if e["name"][: -len("_kernel_time")] not in top]
+    return len(runs), len(nested)
+
+
 def measure(name: str, fn, shape, runs: int) -> dict[str, str]:
     x = np.random.default_rng(0).uniform(0.9, 1.1, shape).astype(np.float32)
     with indexing_off():
@@ -64,11 +86,13 @@ def measure(name: str, fn, shape, runs: int) -> dict[str, str]:
     want = np.asarray(jitted(x))
     (got,) = session.run(None, feed)
     ort_s, jax_s = _latencies(session, [session.get_inputs()[0].name], jitted, [x], runs)
+    executed, in_bodies = node_runs(proto, feed)
     ort_ms, jax_ms = ort_s * 1e3, jax_s * 1e3
     return {
         "example": name,
         "nodes": str(nodes(proto)),
         "nodes w/o indexing pass": str(plain),
+        "node runs per call (in bodies)": f"{executed} ({in_bodies})",
         "conversion s": f"{statistics.median(times):.2f}",
         "ORT/JAX": f"{ort_ms:.3f}/{jax_ms:.3f} ms ({ort_ms / jax_ms:.2f}x)",
         "max abs diff": f"{float(np.max(np.abs(got - want))):.1e}",

@@ -133,12 +133,17 @@ def scan(ctx, *args, jaxpr, length, reverse, num_consts, num_carry, **_):
 
     Step ``i`` reads ``xs[i]`` (``xs[length - 1 - i]`` when ``reverse``) with
     a Gather on the iteration number; a reverse scan's stacked ys come out in
-    iteration order and are flipped with one Slice of step -1. ``unroll``
-    only tunes XLA and has no ONNX counterpart.
+    iteration order and are flipped with one Slice of step -1. Inside a loop
+    body (or a branch), a short scan of a small body (at most ``_UNROLL_STEPS``
+    steps and ``_UNROLL_EQUATIONS`` equations in all, as Runge-Kutta stages and
+    fixed Newton iterations are) is unrolled instead: no nested Loop to run per
+    step of the enclosing one. JAX's ``unroll`` parameter only tunes XLA.
     """
     consts = list(args[:num_consts])
     carries = list(args[num_consts : num_consts + num_carry])
     xs = list(args[num_consts + num_carry :])
+    if ctx.in_body and _unrolled(jaxpr, length):
+        return _unroll(ctx, jaxpr, length, reverse, consts, carries, xs, num_carry)
     carry_avals = ctx.avals_in[num_consts : num_consts + num_carry]
     y_avals = [ShapedArray(a.shape[1:], a.dtype) for a in ctx.avals_out[num_carry:]]
     trips = ctx.op.Squeeze(ctx.dim(length)) if is_symbolic(length) else ctx.i64(length)
@@ -159,6 +164,44 @@ def scan(ctx, *args, jaxpr, length, reverse, num_consts, num_carry, **_):
     if reverse:
         results[num_carry:] = [_flip(ctx, y) for y in results[num_carry:]]
     return results
+
+
+_UNROLL_STEPS = 8
+_UNROLL_EQUATIONS = 256  # the steps times the body's equations, nested ones counted
+
+
+def _equations(jaxpr: Any) -> int:
+    count = 0
+    for eqn in jaxpr.eqns:
+        count += 1
+        for value in eqn.params.values():
+            for sub in value if isinstance(value, (tuple, list)) else (value,):
+                inner = getattr(sub, "jaxpr", None)
+                if inner is not None:
+                    count += _equations(getattr(inner, "jaxpr", inner))
+    return count
+
+
+def _unrolled(closed: Any, length: Any) -> bool:
+    if is_symbolic(length) or not 0 < length <= _UNROLL_STEPS:
+        return False
+    return length * _equations(closed.jaxpr) <= _UNROLL_EQUATIONS
+
+
+def _unroll(ctx, closed, length, reverse, consts, carries, xs, num_carry):
+    """The scan's body inlined once per step; ys stacked with one Concat each."""
+    steps = range(length - 1, -1, -1) if reverse else range(length)
+    stacked: dict[int, list[Any]] = {}
+    for t in steps:
+        x_t = [ctx.op.Gather(x, np.asarray(t, np.int64), axis=0) for x in xs]
+        outs = ctx.inline(closed, consts + carries + x_t)
+        carries = outs[:num_carry]
+        stacked[t] = [ctx.op.Unsqueeze(y, ctx.i64([0])) for y in outs[num_carry:]]
+    ys = [
+        ctx.op.Concat(*(stacked[t][k] for t in range(length)), axis=0)
+        for k in range(len(stacked[0]))
+    ]
+    return [*carries, *ys]
 
 
 def _flip(ctx: Any, y: Any) -> Any:
@@ -407,7 +450,19 @@ family.add_cases(
             lambda xs: lax.scan(lambda c, x: (jnp.tanh(c + x), c), _first(xs) * 0, xs, unroll=2),
             [(6, "B")],
         ),
-        case("nested", _nested_scan, [(4, 3)], counts={"Loop": 2}),
+        case("nested", _nested_scan, [(4, 12)], counts={"Loop": 2}),
+        # a short inner scan inside a loop body is unrolled: no Loop per outer step
+        case("nested_short_inner_unrolled", _nested_scan, [("B", 3)], counts={"Loop": 1}),
+        case(
+            "nested_short_inner_reverse",
+            lambda xs: lax.scan(
+                lambda c, r: lax.scan(lambda a, e: (a * 0.5 + e, a - e), c, r, reverse=True),
+                0.0,
+                xs,
+            ),
+            [("B", 4)],
+            counts={"Loop": 1},
+        ),
         case("scan_in_cond", _scan_in_cond, [("B", 3)]),
         case(
             "cond_in_scan",

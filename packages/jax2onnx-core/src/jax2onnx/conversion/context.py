@@ -126,6 +126,12 @@ class LoweringContext:
         return self.scope.conversion.normalization_mode
 
     @property
+    def in_body(self) -> bool:
+        """Whether the equation is lowered inside a nested graph (an If branch, a Loop or
+        Scan body), where its nodes run once per step of an enclosing loop."""
+        return self.scope.parent is not None and not self.scope.is_function
+
+    @property
     def avals_in(self) -> list[Any]:
         """The JAX abstract values (``.shape``, ``.dtype``) of the equation's inputs.
 
