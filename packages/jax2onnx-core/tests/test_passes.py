@@ -183,3 +183,41 @@ def test_a_transpose_pair_folded_at_the_output_keeps_its_shape():
     session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
     (got,) = session.run(None, {"in_0": x, "in_1": v})
     np.testing.assert_array_equal(got, np.asarray(fn(x, v)))
+
+
+def _loop_body(model: onnx.ModelProto) -> onnx.GraphProto:
+    (loop,) = [n for n in model.graph.node if n.op_type == "Loop"]
+    return loop.attribute[0].g
+
+
+def _run_loop(fn, x: np.ndarray) -> tuple[onnx.ModelProto, list[np.ndarray]]:
+    model = to_onnx(fn, [x])
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    return model, session.run(None, {session.get_inputs()[0].name: x})
+
+
+def test_equal_subexpressions_merge_inside_a_loop_body():
+    def fn(x):
+        step = lambda i, c: c * 0.5 + jnp.sin(c) + jnp.sin(c) * x  # noqa: E731
+        return jax.lax.fori_loop(0, (x.sum() > 0).astype(jnp.int32) + 20, step, x)
+
+    x = np.linspace(0.1, 1.0, 4, dtype=np.float32)
+    model, (got,) = _run_loop(fn, x)
+    body_ops = [n.op_type for n in _loop_body(model).node]
+    assert body_ops.count("Sin") == 1, body_ops
+    np.testing.assert_allclose(got, np.asarray(jax.jit(fn)(x)), rtol=1e-5, atol=1e-6)
+
+
+def test_canonical_forms_and_fusions_apply_inside_a_loop_body():
+    def fn(x):
+        def step(i, c):
+            centred = c - jnp.mean(c, axis=1, keepdims=True)
+            return centred * 0.9 + jax.nn.relu(c) * 0.1
+
+        return jax.lax.fori_loop(0, (x.sum() > 0).astype(jnp.int32) + 5, step, x)
+
+    x = np.linspace(0.1, 1.0, 6, dtype=np.float32).reshape(2, 3)
+    model, (got,) = _run_loop(fn, x)
+    body_ops = [n.op_type for n in _loop_body(model).node]
+    assert "ReduceMean" in body_ops and "ReduceSum" not in body_ops, body_ops
+    np.testing.assert_allclose(got, np.asarray(jax.jit(fn)(x)), rtol=1e-5, atol=1e-6)

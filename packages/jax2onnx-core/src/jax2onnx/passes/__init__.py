@@ -1,7 +1,9 @@
 """Step 5: clean the graph with onnx_ir's own passes, plus our own.
 
 Unused nodes go, equal subexpressions merge, unused functions and opset
-imports go; onnx_ir has these. Ours: :class:`EliminateIdentitiesPass`
+imports go; onnx_ir has these, and :class:`MergeBodyDuplicatesPass` merges
+equal subexpressions inside Loop and If bodies as well, where each runs once
+per step. Ours: :class:`EliminateIdentitiesPass`
 (onnx_ir's identity elimination can list one value twice among a graph's
 outputs); :class:`FoldTransposesPass` moves the Transposes that
 channels-last convolutions, pooling and the NCHW adaptors create through the
@@ -29,6 +31,7 @@ May use: values.
 
 from __future__ import annotations
 
+from jax2onnx.passes.bodies import MergeBodyDuplicatesPass
 from jax2onnx.passes.constants import FoldConstantsPass
 from jax2onnx.passes.fusion import FusePatternsPass
 from jax2onnx.passes.gemm import FuseMatMulAddPass
@@ -50,6 +53,7 @@ __all__ = [
     "FoldTransposesPass",
     "FuseMatMulAddPass",
     "FusePatternsPass",
+    "MergeBodyDuplicatesPass",
     "WidenHalfPrecisionPass",
     "optimize",
 ]
@@ -77,6 +81,7 @@ def optimize(
         FoldIndexingPass(),
         common.RemoveUnusedNodesPass(),
         common.CommonSubexpressionEliminationPass(),
+        MergeBodyDuplicatesPass(),
         common.RemoveUnusedNodesPass(),
         FusePatternsPass(normalization_mode),
         common.RemoveUnusedNodesPass(),

@@ -30,6 +30,7 @@ from typing import Any
 
 import numpy as np
 
+from jax2onnx.passes.bodies import nested_graphs
 from jax2onnx.passes.fusion import (
     attention,
     batch_norm_fold,
@@ -88,17 +89,19 @@ class FusePatternsPass(ir.passes.InPlacePass):
 
     def call(self, model: ir.Model) -> ir.passes.PassResult:
         opset = model.opset_imports.get("", model.graph.opset_imports.get("", 1))
-        ctx = Context(model.graph, opset, self.normalization_mode)
         modified = False
-        for group in GROUPS:
-            by_type: dict[str, list[Callable[[Any, ir.Node], bool]]] = {}
-            for op_types, rewrite in group:
-                for op_type in op_types:
-                    by_type.setdefault(op_type, []).append(rewrite)
-            for _ in range(MAX_ROUNDS):
-                if not _round(ctx, by_type):
-                    break
-                modified = True
+        # the main graph, then every Loop/Scan/If body in it, where each node runs per step
+        for graph in [model.graph, *nested_graphs(model.graph)]:
+            ctx = Context(graph, opset, self.normalization_mode)
+            for group in GROUPS:
+                by_type: dict[str, list[Callable[[Any, ir.Node], bool]]] = {}
+                for op_types, rewrite in group:
+                    for op_type in op_types:
+                        by_type.setdefault(op_type, []).append(rewrite)
+                for _ in range(MAX_ROUNDS):
+                    if not _round(ctx, by_type):
+                        break
+                    modified = True
         return ir.passes.PassResult(model, modified)
 
 

@@ -133,7 +133,8 @@ def expand_operand(ctx: Any, op: ir.Node) -> bool:
         if op.op_type == "PRelu" and k == 1:
             continue  # PRelu's slope broadcasts one way only
         op.replace_input_with(k, expand.inputs[0])
-        if not expand.outputs[0].uses() and not expand.outputs[0].is_graph_output():
+        unused = not expand.outputs[0].uses() and not expand.outputs[0].is_graph_output()
+        if unused and expand.graph is ctx.graph:  # an enclosing graph's Expand stays there
             ctx.graph.remove(expand, safe=True)
         changed = True
     return changed

@@ -108,8 +108,8 @@ class Match:
 
     def take(self, *nodes: ir.Node | None) -> bool:
         """Add nodes to the pattern; ``False`` when one is missing (the pattern fails)."""
-        if any(node is None for node in nodes):
-            return False
+        if any(node is None or node.graph is not self.graph for node in nodes):
+            return False  # missing, or in an enclosing graph (a body reads it from there)
         for node in nodes:
             if all(node is not taken for taken in self.nodes):
                 self.nodes.append(node)

@@ -1,0 +1,93 @@
+"""``MergeBodyDuplicatesPass``: equal subexpressions merge inside Loop and If bodies too.
+
+onnx_ir's common-subexpression pass works on the main graph only. A loop body
+runs once per step, so a duplicate there costs a node run per step: the same
+index wrap-around computed for two ``dynamic_slice``s of one counter, the same
+Slice of a carried state read twice. This pass merges them in every nested
+graph (Loop, Scan and If bodies, at any depth, in the main graph and in ONNX
+functions): a node whose op, attributes and input values equal an earlier
+node's in the same graph is dropped and its readers read the earlier node's
+outputs. Nodes holding graphs, random ops, large tensor attributes and nodes
+whose outputs are outputs of their graph are left as they are.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+from jax2onnx.values.ir import ir
+
+_RANDOM = frozenset(
+    {"RandomNormal", "RandomNormalLike", "RandomUniform", "RandomUniformLike", "Multinomial"}
+)
+_TENSOR_LIMIT = 16  # elements of a tensor attribute compared by value
+
+
+class MergeBodyDuplicatesPass(ir.passes.InPlacePass):
+    """Merge equal nodes within each nested graph (see the module docstring)."""
+
+    def call(self, model: ir.Model) -> ir.passes.PassResult:
+        modified = False
+        for root in [model.graph, *(f.graph for f in model.functions.values())]:
+            for graph in nested_graphs(root):
+                modified |= _merge(graph)
+        return ir.passes.PassResult(model, modified=modified)
+
+
+def nested_graphs(graph: ir.Graph) -> Iterator[ir.Graph]:
+    """Every graph nested in ``graph`` (Loop, Scan and If bodies), at any depth."""
+    for node in graph:
+        for attribute in node.attributes.values():
+            if attribute.type is ir.AttributeType.GRAPH:
+                subs = [attribute.value]
+            elif attribute.type is ir.AttributeType.GRAPHS:
+                subs = list(attribute.value)
+            else:
+                continue
+            for sub in subs:
+                yield sub
+                yield from nested_graphs(sub)
+
+
+def _key(node: ir.Node) -> Any:
+    if node.op_type in _RANDOM and node.domain in ("", "ai.onnx"):
+        return None
+    attributes = []
+    for name, attribute in sorted(node.attributes.items()):
+        value = attribute.value
+        if attribute.type in (ir.AttributeType.GRAPH, ir.AttributeType.GRAPHS):
+            return None
+        if attribute.type in (
+            ir.AttributeType.INTS,
+            ir.AttributeType.FLOATS,
+            ir.AttributeType.STRINGS,
+        ):
+            value = tuple(value)
+        elif attribute.type is ir.AttributeType.TENSOR:
+            if value.size > _TENSOR_LIMIT:
+                return None
+            array = value.numpy()
+            value = (array.shape, str(array.dtype), array.tobytes())
+        attributes.append((name, value))
+    inputs = tuple(None if v is None else id(v) for v in node.inputs)
+    return (node.domain, node.op_type, node.overload, len(node.outputs), inputs, tuple(attributes))
+
+
+def _merge(graph: ir.Graph) -> bool:
+    seen: dict[Any, ir.Node] = {}
+    modified = False
+    for node in list(graph):
+        key = _key(node)
+        if key is None:
+            continue
+        first = seen.setdefault(key, node)
+        if first is node or any(out.is_graph_output() for out in node.outputs):
+            continue
+        for duplicate, kept in zip(node.outputs, first.outputs, strict=True):
+            kept.shape = kept.shape or duplicate.shape
+            kept.type = kept.type or duplicate.type
+            ir.convenience.replace_all_uses_with(duplicate, kept)
+        graph.remove(node, safe=True)
+        modified = True
+    return modified
