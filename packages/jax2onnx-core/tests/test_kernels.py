@@ -18,22 +18,15 @@ from onnx import helper
 
 from jax2onnx.plugin import Rules, case, has_kernel, kernel_dtypes, native_kernel, run_session
 
-_SHRINK_TYPES = [  # the ONNX schema's (no bfloat16)
-    np.dtype(t)
-    for t in (
-        np.float16,
-        np.float32,
-        np.float64,
-        np.int8,
-        np.int16,
-        np.int32,
-        np.int64,
-        np.uint8,
-        np.uint16,
-        np.uint32,
-        np.uint64,
-    )
-]
+
+def _schema_types(op_type: str) -> list[np.dtype]:
+    """The tensor dtypes ONNX's schema of ``op_type`` admits (Shrink: no bfloat16)."""
+    (constraint,) = onnx.defs.get_schema(op_type).type_constraints
+    names = [t[len("tensor(") : -1] for t in constraint.allowed_type_strs]
+    return [np.dtype({"float": "float32", "double": "float64"}.get(n, n)) for n in names]
+
+
+_SHRINK_TYPES = _schema_types("Shrink")
 
 
 def _shrink(dtype: np.dtype, x: np.ndarray, lambd: float) -> np.ndarray:
