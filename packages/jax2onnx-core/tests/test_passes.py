@@ -221,3 +221,91 @@ def test_canonical_forms_and_fusions_apply_inside_a_loop_body():
     body_ops = [n.op_type for n in _loop_body(model).node]
     assert "ReduceMean" in body_ops and "ReduceSum" not in body_ops, body_ops
     np.testing.assert_allclose(got, np.asarray(jax.jit(fn)(x)), rtol=1e-5, atol=1e-6)
+
+
+def _dynamic_trips(x):
+    """A trip count ONNX cannot know at conversion (a fori_loop of constant bounds is a scan)."""
+    return (x.sum() > 0).astype(jnp.int32) + 6
+
+
+def test_invariant_carries_leave_the_loop_and_invariant_nodes_move_out():
+    def fn(x):
+        def body(carry):
+            i, c, w = carry
+            # w never changes, tanh(w @ w.T) is the same every step: both leave the body
+            return i + 1, jnp.tanh(w @ w.T) @ c + 0.1, w
+
+        return jax.lax.while_loop(lambda k: k[0] < _dynamic_trips(x), body, (0, x, x * 0.5))[1:]
+
+    x = np.linspace(-1.0, 1.0, 9, dtype=np.float32).reshape(3, 3)
+    model, got = _run_loop(fn, x)
+    onnx.checker.check_model(model, full_check=True)
+    (loop,) = [n for n in model.graph.node if n.op_type == "Loop"]
+    body_ops = [n.op_type for n in _loop_body(model).node]
+    assert "Tanh" not in body_ops and "Identity" not in body_ops, body_ops
+    assert len(loop.input) == 2 + 2 and len(loop.output) == 2  # the counter and c carried
+    for out, want in zip(got, jax.jit(fn)(x), strict=True):
+        np.testing.assert_allclose(out, np.asarray(want), rtol=1e-5, atol=1e-6)
+
+
+def test_invariant_work_of_a_nested_loop_moves_out_of_both():
+    def fn(x):
+        def inner(j, c):
+            return c * jnp.cos(x).sum() + jnp.sin(c)
+
+        def outer(i, c):
+            return jax.lax.fori_loop(0, _dynamic_trips(c), inner, c)
+
+        return jax.lax.fori_loop(0, _dynamic_trips(x), outer, x)
+
+    x = np.linspace(0.1, 0.4, 4, dtype=np.float32)
+    model, (got,) = _run_loop(fn, x)
+    onnx.checker.check_model(model, full_check=True)
+    main_ops = _ops(model)
+    assert "Cos" in main_ops, main_ops  # cos(x).sum() runs once, not once per inner step
+    np.testing.assert_allclose(got, np.asarray(jax.jit(fn)(x)), rtol=1e-5, atol=1e-6)
+
+
+def test_integer_division_stays_in_a_loop_that_may_not_run():
+    """ONNX Runtime fails on an integer Div by zero: in front of a Loop of no steps it would."""
+    from onnx import TensorProto, helper
+
+    from jax2onnx.passes import HoistLoopInvariantsPass
+    from jax2onnx.values.ir import ir
+
+    int_vector = lambda name: helper.make_tensor_value_info(name, TensorProto.INT32, [2])  # noqa: E731
+    body = helper.make_graph(
+        [
+            helper.make_node("Div", ["a", "b"], ["q"]),
+            helper.make_node("Add", ["c_in", "q"], ["c_out"]),
+            helper.make_node("Identity", ["cond_in"], ["cond_out"]),
+        ],
+        "body",
+        [
+            helper.make_tensor_value_info("i", TensorProto.INT64, []),
+            helper.make_tensor_value_info("cond_in", TensorProto.BOOL, []),
+            int_vector("c_in"),
+        ],
+        [helper.make_tensor_value_info("cond_out", TensorProto.BOOL, []), int_vector("c_out")],
+    )
+    graph = helper.make_graph(
+        [helper.make_node("Loop", ["n", "go", "a"], ["out"], body=body)],
+        "main",
+        [helper.make_tensor_value_info("n", TensorProto.INT64, []), *map(int_vector, "ab")],
+        [int_vector("out")],
+        initializer=[helper.make_tensor("go", TensorProto.BOOL, [], [True])],
+    )
+    model = ir.serde.deserialize_model(
+        helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    )
+    HoistLoopInvariantsPass()(model)
+    proto = ir.serde.serialize_model(model)
+    onnx.checker.check_model(proto, full_check=True)
+    assert [n.op_type for n in proto.graph.node] == ["Loop"]
+    session = ort.InferenceSession(proto.SerializeToString(), providers=["CPUExecutionProvider"])
+    a, zero = np.array([7, 9], np.int32), np.zeros(2, np.int32)
+    (got,) = session.run(None, {"n": np.array(0, np.int64), "a": a, "b": zero})
+    np.testing.assert_array_equal(got, a)
+    b = np.array([2, 3], np.int32)
+    (got,) = session.run(None, {"n": np.array(2, np.int64), "a": a, "b": b})
+    np.testing.assert_array_equal(got, a + 2 * (a // b))

@@ -37,6 +37,7 @@ from jax2onnx.passes.fusion import FusePatternsPass
 from jax2onnx.passes.gemm import FuseMatMulAddPass
 from jax2onnx.passes.identities import EliminateIdentitiesPass
 from jax2onnx.passes.indexing import FoldIndexingPass
+from jax2onnx.passes.loops import HoistLoopInvariantsPass
 from jax2onnx.passes.precision import FoldCastsPass, WidenHalfPrecisionPass
 from jax2onnx.passes.reshapes import FoldReshapesPass
 from jax2onnx.passes.transposes import FoldTransposesPass
@@ -53,6 +54,7 @@ __all__ = [
     "FoldTransposesPass",
     "FuseMatMulAddPass",
     "FusePatternsPass",
+    "HoistLoopInvariantsPass",
     "MergeBodyDuplicatesPass",
     "WidenHalfPrecisionPass",
     "optimize",
@@ -75,6 +77,7 @@ def optimize(
     ]
     passes = ir.passes.Sequential(
         EliminateIdentitiesPass(),
+        HoistLoopInvariantsPass(),
         FoldConstantsPass(),
         FoldTransposesPass(),
         FoldReshapesPass(),
