@@ -4,14 +4,14 @@
     python benchmarks/scientific.py --runs 50 --only diffrax_dopri5_pid
 
 For each example, in one process: the nodes of the exported model (every graph,
-Loop bodies included) with the indexing pass (``FoldIndexingPass``) and
-without it, the node executions of one ONNX Runtime call (from ORT's profiler:
-every node run, in Loop and If bodies once per step), the conversion time
-(median of 3), ONNX Runtime's latency against
-``jax.jit`` of the same function on the same input (calls alternating after a
-warm-up; medians), and the largest absolute difference of the outputs.
-"Without the pass" replaces the pass's work by nothing for one conversion, in
-this process only.
+Loop bodies included) and the node executions of one ONNX Runtime call (from
+ORT's profiler: every node run, in Loop and If bodies once per step), each
+with the loop and indexing passes and without them (``HoistLoopInvariantsPass``,
+``MergeBodyDuplicatesPass``, ``FoldIndexingPass`` replaced by nothing for one
+conversion, in this process only: the unchanged export), the conversion time
+(median of 3), ONNX Runtime's latency against ``jax.jit`` of the same function
+on the same input (calls alternating after a warm-up; medians; a default
+session), and the largest absolute difference of the outputs.
 """
 
 from __future__ import annotations
@@ -28,22 +28,30 @@ import numpy as np
 import onnxruntime as ort
 
 import jax2onnx
-from jax2onnx.passes import indexing
+from jax2onnx import passes
 from jax2onnx.values.ir import ir
 from jax2onnx_testkit import op_counts
 
 sys.path.insert(0, str(Path(__file__).parent))
 from run import _latencies  # noqa: E402 - the interleaved timing of benchmarks/run.py
 
+_COMPARED = (
+    passes.HoistLoopInvariantsPass,
+    passes.MergeBodyDuplicatesPass,
+    passes.FoldIndexingPass,
+)
+
 
 @contextlib.contextmanager
-def indexing_off():
-    call = indexing.FoldIndexingPass.call
-    indexing.FoldIndexingPass.call = lambda self, model: ir.passes.PassResult(model, False)
+def compared_passes_off():
+    calls = [cls.call for cls in _COMPARED]
+    for cls in _COMPARED:
+        cls.call = lambda self, model: ir.passes.PassResult(model, False)
     try:
         yield
     finally:
-        indexing.FoldIndexingPass.call = call
+        for cls, call in zip(_COMPARED, calls, strict=True):
+            cls.call = call
 
 
 def nodes(model) -> int:
@@ -73,28 +81,33 @@ def node_runs(proto, feed) -> tuple[int, int]:
 
 def measure(name: str, fn, shape, runs: int) -> dict[str, str]:
     x = np.random.default_rng(0).uniform(0.9, 1.1, shape).astype(np.float32)
-    with indexing_off():
-        plain = nodes(jax2onnx.to_onnx(fn, [x]))
+    with compared_passes_off():
+        plain = jax2onnx.to_onnx(fn, [x])
     times = []
     for _ in range(3):
         start = time.perf_counter()
         proto = jax2onnx.to_onnx(fn, [x])
         times.append(time.perf_counter() - start)
     session = ort.InferenceSession(proto.SerializeToString(), providers=["CPUExecutionProvider"])
-    feed = {session.get_inputs()[0].name: x}
+    names = [session.get_inputs()[0].name]
+    feed = {names[0]: x}
     jitted = jax.jit(fn)
     want = np.asarray(jitted(x))
     (got,) = session.run(None, feed)
-    ort_s, jax_s = _latencies(session, [session.get_inputs()[0].name], jitted, [x], runs)
+    ort_s, jax_s = _latencies(session, names, jitted, [x], runs)
     executed, in_bodies = node_runs(proto, feed)
-    ort_ms, jax_ms = ort_s * 1e3, jax_s * 1e3
+    before, _ = node_runs(plain, feed)
+
+    def ratio(a: float, b: float) -> str:
+        return f"{a * 1e3:.3f}/{b * 1e3:.3f} ms ({a / b:.2f}x)"
+
     return {
         "example": name,
-        "nodes": str(nodes(proto)),
-        "nodes w/o indexing pass": str(plain),
+        "nodes (unchanged export)": f"{nodes(proto)} ({nodes(plain)})",
         "node runs per call (in bodies)": f"{executed} ({in_bodies})",
+        "node runs, unchanged export": str(before),
         "conversion s": f"{statistics.median(times):.2f}",
-        "ORT/JAX": f"{ort_ms:.3f}/{jax_ms:.3f} ms ({ort_ms / jax_ms:.2f}x)",
+        "ORT/JAX": ratio(ort_s, jax_s),
         "max abs diff": f"{float(np.max(np.abs(got - want))):.1e}",
     }
 

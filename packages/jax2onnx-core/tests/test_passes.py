@@ -309,3 +309,122 @@ def test_integer_division_stays_in_a_loop_that_may_not_run():
     b = np.array([2, 3], np.int32)
     (got,) = session.run(None, {"n": np.array(2, np.int64), "a": a, "b": b})
     np.testing.assert_array_equal(got, a + 2 * (a // b))
+
+
+def _folded_against_runtime(op: str, inputs: list, **attributes) -> onnx.ModelProto:
+    """``op`` on constant ``inputs`` (None: an omitted optional input), before and after
+    FoldConstantsPass: the folded model returns ONNX Runtime's exact bits, without ``op``."""
+    from onnx import helper, numpy_helper
+
+    from jax2onnx.passes import FoldConstantsPass
+    from jax2onnx.values.ir import ir
+
+    names = ["" if a is None else f"c{i}" for i, a in enumerate(inputs)]
+    initializers = [numpy_helper.from_array(a, n) for a, n in zip(inputs, names) if a is not None]
+    graph = helper.make_graph(
+        [
+            helper.make_node(op, names, ["y"], **attributes),
+            helper.make_node("Identity", ["y"], ["out"]),
+        ],
+        "fold",
+        [],
+        [helper.make_empty_tensor_value_info("out")],
+        initializer=initializers,
+    )
+    proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    run = lambda p: ort.InferenceSession(  # noqa: E731
+        p.SerializeToString(), providers=["CPUExecutionProvider"]
+    ).run(None, {})[0]
+    model = ir.serde.deserialize_model(proto)
+    FoldConstantsPass()(model)
+    folded = ir.serde.serialize_model(model)
+    assert [n.op_type for n in folded.graph.node] == ["Identity"], op
+    np.testing.assert_array_equal(run(folded), run(proto))
+    assert run(folded).dtype == run(proto).dtype
+    return folded
+
+
+I64 = lambda *v: np.array(v, np.int64)  # noqa: E731
+
+
+def test_constant_folding_gives_the_runtimes_bits_for_every_folded_op():
+    x = np.linspace(-3.0, 3.0, 12, dtype=np.float32).reshape(3, 4)
+    n = np.array([[7, -7, 5], [-5, 9, 0]], np.int32)
+    _folded_against_runtime("Slice", [x, I64(1, -3), I64(99, -1), I64(0, 1), I64(1, 2)])
+    _folded_against_runtime("Slice", [x, I64(-1), I64(np.iinfo(np.int64).min), I64(1), I64(-2)])
+    _folded_against_runtime("Slice", [x, I64(0), I64(2), None, None])
+    _folded_against_runtime("Concat", [x[:1], x, x[:2]], axis=0)
+    _folded_against_runtime("Expand", [x[:, :1], I64(2, 3, 4)])
+    _folded_against_runtime("Mod", [n, np.array([3, -4, 2], np.int32)])
+    _folded_against_runtime("Mod", [n, np.array([3, -4, 2], np.int32)], fmod=1)
+    _folded_against_runtime("Max", [x, x[::-1], np.float32(0.5)])
+    _folded_against_runtime("Min", [n, n[::-1]])
+    _folded_against_runtime("Abs", [n])
+    _folded_against_runtime("Sign", [x])
+    _folded_against_runtime("GatherElements", [x, I64(0, -1, 2, 1).reshape(1, 4)], axis=0)
+    _folded_against_runtime("ScatterND", [x, I64(2, 0).reshape(2, 1), x[:2] * 10])
+    _folded_against_runtime("ReduceSum", [n, I64(1)], keepdims=0)
+    _folded_against_runtime("ReduceSum", [n, None])
+
+
+def test_folding_leaves_what_the_runtime_decides_to_the_runtime():
+    from onnx import helper, numpy_helper
+
+    from jax2onnx.passes import FoldConstantsPass
+    from jax2onnx.values.ir import ir
+
+    x = np.array([1.0, np.nan, 3.0], np.float32)
+    cases = [  # float sums (order), NaN extrema, division by zero, repeated scatter indices
+        ("ReduceSum", [x], {}),
+        ("Max", [x, x[::-1].copy()], {}),
+        ("Mod", [np.array([3, 4], np.int32), np.array([0, 2], np.int32)], {}),
+        ("ScatterND", [x, I64(0, 0).reshape(2, 1), np.ones(2, np.float32)], {}),
+    ]
+    for op, inputs, attributes in cases:
+        names = [f"c{i}" for i in range(len(inputs))]
+        graph = helper.make_graph(
+            [
+                helper.make_node(op, names, ["y"], **attributes),
+                helper.make_node("Neg", ["y"], ["out"]),
+            ],
+            "keep",
+            [],
+            [helper.make_empty_tensor_value_info("out")],
+            initializer=[numpy_helper.from_array(a, n) for a, n in zip(inputs, names)],
+        )
+        proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+        model = ir.serde.deserialize_model(proto)
+        FoldConstantsPass()(model)
+        assert op in [n.op_type for n in model.graph], op
+
+
+def test_an_element_read_is_one_gather_in_the_main_graph_and_in_loop_bodies():
+    def rhs(q):  # a state vector's elements, read one by one as ODE right-hand sides do
+        return jnp.stack([q[1] * q[2], -q[0] + q[2], q[0] * q[1] - q[2]])
+
+    def fn(q):
+        return rhs(q), jax.lax.fori_loop(0, _dynamic_trips(q), lambda i, c: c + 0.01 * rhs(c), q)
+
+    q = np.array([0.3, -0.2, 0.5], np.float32)
+    model, got = _run_loop(fn, q)
+    onnx.checker.check_model(model, full_check=True)
+    for ops in (_ops(model), [n.op_type for n in _loop_body(model).node]):
+        assert ops.count("Gather") == 3 and "Squeeze" not in ops and "Slice" not in ops, ops
+    for out, want in zip(got, jax.jit(fn)(q), strict=True):
+        np.testing.assert_allclose(out, np.asarray(want), rtol=1e-6, atol=1e-6)
+
+
+def test_what_a_reduction_over_one_leaf_leaves_behind_goes():
+    def fn(x):
+        ok = jnp.all(jnp.stack([jnp.all(jnp.isfinite(x))]))  # a tree_all over one leaf
+        big = jnp.logical_not(jnp.logical_not(jnp.any(x > 2.0)))
+        return jnp.where(ok & ~big, x, 0.0)
+
+    x = np.array([1.0, np.inf, 3.0], np.float32)
+    model = to_onnx(fn, [x])
+    ops = _ops(model)
+    assert ops.count("Not") == 1 and "Concat" not in ops and "IsNaN" not in ops, ops
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    for value in (x, np.array([1.0, 0.5, -2.0], np.float32), np.array([1.0, 3.0, 0.0], np.float32)):
+        (got,) = session.run(None, {"in_0": value})
+        np.testing.assert_array_equal(got, np.asarray(jax.jit(fn)(value)))

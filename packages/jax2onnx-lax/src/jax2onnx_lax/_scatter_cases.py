@@ -82,8 +82,36 @@ def _whole_cases(kind, method, opset=None):
     ]
 
 
+def _row_in_turn(mode):
+    """An integer table's row ``i`` set in every step of a loop (a solver's bookkeeping)."""
+
+    def fn(x, i, u):
+        def step(k, acc):
+            index = lax.dynamic_index_in_dim(i, k, keepdims=False)
+            return acc.at[index].set(u[k] + acc[0], mode=mode)
+
+        return lax.fori_loop(0, i.shape[0], step, x)
+
+    return fn
+
+
+_TURNS = np.array([2, -1, 7, 0, -9, 2], _I32)  # row 4 by jnp's normalising; 7 and -9 outside
+
+
 def scatter_set_cases():
     return [
+        *(
+            case(  # one integer row at a time: a Where over the rows, no ScatterND
+                f"integer_row_{mode}_{np.dtype(t).name}",
+                _row_in_turn(mode),
+                [(5, 3), _TURNS, (6, 3)],
+                dtypes=[t, _I32, t],
+                input_range=(-50, 50),
+                counts={"ScatterND": 0},
+                variants=["f64"] if t == np.int64 else None,
+            )
+            for mode, t in (("drop", np.int32), ("clip", np.uint8), ("drop", np.int64))
+        ),
         case(
             "rows",
             lambda x, u: _at(x)[_ROWS].set(u),

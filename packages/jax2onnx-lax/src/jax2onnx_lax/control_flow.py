@@ -17,6 +17,7 @@ from jax import lax
 from jax.core import ShapedArray
 
 from jax2onnx.plugin import Family, case, is_symbolic, stored_type
+from jax2onnx_lax import _unroll
 
 family = Family("lax")
 
@@ -89,11 +90,20 @@ def while_(ctx, *args, cond_jaxpr, body_jaxpr, cond_nconsts, body_nconsts):
     the body on the new carries. A batched predicate (``jax.vmap`` of a
     while) is carried along: the Loop runs while any element is true and the
     body updates only the carries whose predicate holds, as JAX's own
-    lowering does.
+    lowering does. Inside a loop body, a while whose number of steps is
+    known at conversion (a counter from a constant to a bound, as in
+    Equinox's bounded loops) and small is written out step by step instead
+    (:mod:`jax2onnx_lax._unroll`).
     """
     cond_consts = list(args[:cond_nconsts])
     body_consts = list(args[cond_nconsts : cond_nconsts + body_nconsts])
     carries = list(args[cond_nconsts + body_nconsts :])
+    if ctx.in_body:
+        steps = _unroll.counted_while(cond_jaxpr, body_jaxpr, cond_consts, body_consts, carries)
+        if steps is not None and _unroll.within_limit(body_jaxpr, steps):
+            for _ in range(steps):
+                carries = list(ctx.inline(body_jaxpr, body_consts + carries))
+            return carries
     avals = list(ctx.avals_in[cond_nconsts + body_nconsts :])
     pred_aval = cond_jaxpr.out_avals[0]
     batched = bool(pred_aval.shape)
@@ -134,16 +144,16 @@ def scan(ctx, *args, jaxpr, length, reverse, num_consts, num_carry, **_):
     Step ``i`` reads ``xs[i]`` (``xs[length - 1 - i]`` when ``reverse``) with
     a Gather on the iteration number; a reverse scan's stacked ys come out in
     iteration order and are flipped with one Slice of step -1. Inside a loop
-    body (or a branch), a short scan of a small body (at most ``_UNROLL_STEPS``
-    steps and ``_UNROLL_EQUATIONS`` equations in all, as Runge-Kutta stages and
-    fixed Newton iterations are) is unrolled instead: no nested Loop to run per
-    step of the enclosing one. JAX's ``unroll`` parameter only tunes XLA.
+    body (or a branch), a short scan of a small body (the limits of
+    :mod:`jax2onnx_lax._unroll`, as Runge-Kutta stages and fixed Newton
+    iterations are) is unrolled instead: no nested Loop to run per step of
+    the enclosing one. JAX's ``unroll`` parameter only tunes XLA.
     """
     consts = list(args[:num_consts])
     carries = list(args[num_consts : num_consts + num_carry])
     xs = list(args[num_consts + num_carry :])
-    if ctx.in_body and _unrolled(jaxpr, length):
-        return _unroll(ctx, jaxpr, length, reverse, consts, carries, xs, num_carry)
+    if ctx.in_body and _unroll.within_limit(jaxpr, length) and length > 0:
+        return _unroll_scan(ctx, jaxpr, length, reverse, consts, carries, xs, num_carry)
     carry_avals = ctx.avals_in[num_consts : num_consts + num_carry]
     y_avals = [ShapedArray(a.shape[1:], a.dtype) for a in ctx.avals_out[num_carry:]]
     trips = ctx.op.Squeeze(ctx.dim(length)) if is_symbolic(length) else ctx.i64(length)
@@ -166,29 +176,7 @@ def scan(ctx, *args, jaxpr, length, reverse, num_consts, num_carry, **_):
     return results
 
 
-_UNROLL_STEPS = 8
-_UNROLL_EQUATIONS = 256  # the steps times the body's equations, nested ones counted
-
-
-def _equations(jaxpr: Any) -> int:
-    count = 0
-    for eqn in jaxpr.eqns:
-        count += 1
-        for value in eqn.params.values():
-            for sub in value if isinstance(value, (tuple, list)) else (value,):
-                inner = getattr(sub, "jaxpr", None)
-                if inner is not None:
-                    count += _equations(getattr(inner, "jaxpr", inner))
-    return count
-
-
-def _unrolled(closed: Any, length: Any) -> bool:
-    if is_symbolic(length) or not 0 < length <= _UNROLL_STEPS:
-        return False
-    return length * _equations(closed.jaxpr) <= _UNROLL_EQUATIONS
-
-
-def _unroll(ctx, closed, length, reverse, consts, carries, xs, num_carry):
+def _unroll_scan(ctx, closed, length, reverse, consts, carries, xs, num_carry):
     """The scan's body inlined once per step; ys stacked with one Concat each."""
     steps = range(length - 1, -1, -1) if reverse else range(length)
     stacked: dict[int, list[Any]] = {}
@@ -330,6 +318,23 @@ def _recurrent(h):
     return lax.while_loop(lambda c: c[0] < 3, body, (0, h, jnp.zeros_like(h)))
 
 
+def _inner_while(start: int, stop: int):
+    """A while counting from ``start`` to ``stop`` inside a loop of data-dependent length."""
+
+    def fn(x):
+        def inner(c):
+            k, v = c
+            return k + 1, jnp.tanh(v * 1.5 + k.astype(v.dtype))
+
+        def outer(i, v):
+            begin = start if start is not None else i  # None: the counter starts at the step
+            return lax.while_loop(lambda c: c[0] < stop, inner, (begin, v))[1]
+
+        return lax.fori_loop(0, (x.sum() > -100).astype(jnp.int32) + 2, outer, x)
+
+    return fn
+
+
 family.add_cases(
     lax.while_p,
     lambda: [
@@ -354,6 +359,11 @@ family.add_cases(
             [("B",)],
             input_range=(0.1, 4.0),
         ),
+        # a counted while inside a loop body is written out: 4 steps; with 0 steps the
+        # outer body returns its carry unchanged and no Loop is left at all
+        case("counted_inner_unrolled", _inner_while(0, 4), [("B", 3)], counts={"Loop": 1}),
+        case("counted_inner_no_steps", _inner_while(5, 3), [("B", 3)], counts={"Loop": 0}),
+        case("uncounted_inner_stays", _inner_while(None, 4), [("B", 3)], counts={"Loop": 2}),
         case(
             "vmap_batched_trip_count",
             jax.vmap(lambda n, x: lax.fori_loop(0, n, lambda i, c: c * 0.5 + i, x)),

@@ -129,7 +129,24 @@ def _update_p(x, update, *starts):
             lambda x, i: lax.dynamic_index_in_dim(x, i, axis=1, keepdims=False),
             [(4, 5), ()],
             dtypes=[None, np.int32],
-            expect=["Slice -> Squeeze:4"],
+            expect=["Clip -> Gather:4"],
+            counts={"Squeeze": 0, "Slice": 0, "Cast": 0},
+        ),
+        case(
+            "element_int64_index",
+            lambda x, i: lax.dynamic_index_in_dim(x, i, axis=0, keepdims=True),
+            [(5, "B"), ()],
+            dtypes=[None, np.int64],
+            input_range=(-9, 10),
+            expect=["Clip -> Gather -> Unsqueeze:1xB"],
+            variants=["f64"],
+        ),
+        case(
+            "element_int16_index",
+            lambda x, i: lax.dynamic_index_in_dim(x, i, axis=1, keepdims=False),
+            [(3, 4), ()],
+            dtypes=[None, np.int16],
+            input_range=(-9, 10),
         ),
         case(
             "symbolic_batch",
@@ -178,15 +195,36 @@ def _update_p(x, update, *starts):
     ],
 )
 def dynamic_slice(ctx, x, *dynamic, slice_sizes):
-    """Clamped starts (only on the axes the window does not cover whole), then one Slice."""
+    """Clamped starts (only on the axes the window does not cover whole), then one Slice.
+
+    One element along one axis (``x[i]`` of a state vector or a table row, in
+    solver steps) is a Clip of the index in its own type and a Gather: the
+    Unsqueeze keeping the axis cancels with the Squeeze that usually follows.
+    """
     shape = ctx.avals_in[0].shape
     starts = dynamic[: len(shape)]
     axes = [a for a in range(len(shape)) if not same_dim(slice_sizes[a], shape[a])]
     if not axes:
         return ctx.op.Identity(x)
+    if len(axes) == 1 and slice_sizes[axes[0]] == 1 and not is_symbolic(shape[axes[0]]):
+        read = _one_element(ctx, x, starts[axes[0]], axes[0], shape[axes[0]])
+        if read is not None:
+            return read
     begin = _start_vector(ctx, starts, axes, [shape[a] - slice_sizes[a] for a in axes])
     end = _add(ctx, begin, ctx.shape([slice_sizes[a] for a in axes]))
     return ctx.op.Slice(x, begin, end, ctx.i64(axes))
+
+
+def _one_element(ctx, x, start, axis, size):
+    index_type = None if start.dtype is None else start.dtype.numpy()
+    if constant(start) is not None or index_type not in _GATHER_INDEX or ctx.opset < 12:
+        return None  # a constant start is one constant Slice; other index types are cast
+    low, high = ctx.const(index_type.type(0)), ctx.const(index_type.type(size - 1))
+    element = ctx.op.Gather(x, ctx.op.Clip(start, low, high), axis=axis)
+    return ctx.op.Unsqueeze(element, ctx.i64([axis]))
+
+
+_GATHER_INDEX = (np.dtype(np.int32), np.dtype(np.int64))
 
 
 @family.lowering(

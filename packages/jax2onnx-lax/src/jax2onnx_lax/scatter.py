@@ -73,6 +73,9 @@ def _scatter(ctx, operand, indices, updates, dn, mode, reduction):
     if not group:
         return ctx.decompose(_on_new_axis, operand, indices, updates, eqn=ctx.eqn)
     smap = list(dn.scatter_dims_to_operand_dims)
+    where_type = np.dtype(ctx.avals_in[0].dtype) in _WHERE_TYPES and ctx.opset >= 12
+    if reduction is _set and where_type and _one_slice(shape, ishape, smap, group, window):
+        return _slice_set(ctx, operand, indices, updates, smap[0], mode)
     starts = as_int64(ctx, indices)
     keep = None
     if smap:
@@ -111,6 +114,42 @@ def _scatter(ctx, operand, indices, updates, dn, mode, reduction):
         result = ctx.op.Slice(result, ctx.i64([0]), ctx.dim(shape[group[0]]), ctx.i64([0]))
     order = group + rest
     return ctx.transpose(result, [order.index(d) for d in range(rank)])
+
+
+# integer types with a Where kernel: ONNX Runtime's Where drops the sign of a -0.0 from
+# its first branch, so float scatters keep ScatterND (which copies every bit)
+_WHERE_TYPES = frozenset(np.dtype(t) for t in ("int8", "int32", "int64", "uint8", "uint32"))
+
+
+def _one_slice(shape, ishape, smap, group, window) -> bool:
+    """One update of one whole slice across one axis (``x.at[i].set(row)``)."""
+    if len(smap) != 1 or group != smap or window.get(smap[0], 1) != 1:
+        return False
+    if any(is_symbolic(d) or d != 1 for d in ishape) or len(ishape) > len(shape):
+        return False
+    return not is_symbolic(shape[smap[0]])
+
+
+def _slice_set(ctx, operand, indices, updates, axis, mode):
+    """``Where(iota == i, update, x)`` over the axis, for integer operands: two nodes
+    where ScatterND of a bounds-checked index takes ten. An index out of range matches
+    no slice: the update is dropped (``FILL_OR_DROP``, ``PROMISE_IN_BOUNDS``), after a
+    Clip under ``CLIP``."""
+    shape, ushape = ctx.avals_in[0].shape, ctx.avals_in[2].shape
+    index_type = np.dtype(ctx.avals_in[1].dtype)
+    if index_type not in (np.dtype(np.int32), np.dtype(np.int64)):
+        indices, index_type = as_int64(ctx, indices), np.dtype(_I64)
+    n = shape[axis]
+    if GatherScatterMode.from_any(mode) == GatherScatterMode.CLIP:
+        low, high = ctx.const(index_type.type(0)), ctx.const(index_type.type(n - 1))
+        indices = ctx.op.Clip(indices, low, high)
+    rows = np.arange(n, dtype=index_type).reshape(
+        [n if d == axis else 1 for d in range(len(shape))]
+    )
+    target = [1 if d == axis else shape[d] for d in range(len(shape))]
+    if tuple(ushape) != tuple(target):
+        updates = ctx.op.Reshape(updates, ctx.shape(target))
+    return ctx.op.Where(ctx.op.Equal(ctx.const(rows), indices), updates, operand)
 
 
 def _on_new_axis(operand, indices, updates, *, eqn):

@@ -3,18 +3,21 @@
 Unused nodes go, equal subexpressions merge, unused functions and opset
 imports go; onnx_ir has these, and :class:`MergeBodyDuplicatesPass` merges
 equal subexpressions inside Loop and If bodies as well, where each runs once
-per step. Ours: :class:`EliminateIdentitiesPass`
+per step. Ours: :class:`HoistLoopInvariantsPass` takes out of Loop bodies
+what every step computes alike (carries returned unchanged, nodes reading only
+values from outside the body); :class:`EliminateIdentitiesPass`
 (onnx_ir's identity elimination can list one value twice among a graph's
 outputs); :class:`FoldTransposesPass` moves the Transposes that
 channels-last convolutions, pooling and the NCHW adaptors create through the
 layout-agnostic ops between them until they meet and cancel;
 :class:`FoldReshapesPass` collapses Reshape chains and drops Reshapes that
 keep the shape; :class:`FoldIndexingPass` cancels Squeeze/Unsqueeze pairs and
-merges stacked constant slices of one tensor into a Slice or a Gather (in
-Loop/If bodies too); :class:`FoldConstantsPass` computes, once at conversion time,
-the nodes whose inputs are all initializers (a bias reshaped for
-broadcasting, ``rsqrt(var + eps)`` of a normalisation) for the ops whose
-NumPy result is bit-identical to ONNX Runtime's;
+merges stacked constant slices of one tensor into a Slice or a Gather, and
+reads one element (``x[k]``) with one Gather (in Loop/If bodies too);
+:class:`FoldConstantsPass` computes, once at conversion time, the nodes
+whose inputs are all initializers (a bias reshaped for broadcasting,
+``rsqrt(var + eps)`` of a normalisation) for the ops whose NumPy result is
+bit-identical to ONNX Runtime's;
 :class:`DeduplicateWeightsPass` merges equal initializers of any size;
 :class:`FusePatternsPass` finds what a person would write as one op in
 what the lowerings emitted op by op (a layer norm written in ``jnp`` becomes

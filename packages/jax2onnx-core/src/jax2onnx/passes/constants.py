@@ -117,7 +117,109 @@ def _logical(fn):
     return fold
 
 
+def _fold_slice(node, data, starts, ends, axes=None, steps=None):
+    rank = data.ndim
+    axes = range(len(starts)) if axes is None else [int(a) % rank for a in axes]
+    steps = [1] * len(starts) if steps is None else [int(s) for s in steps]
+    index = [slice(None)] * rank
+    for axis, start, end, step in zip(axes, starts, ends, steps, strict=True):
+        # ONNX clamps the bounds to the axis as Python's slices do (int64 extremes included)
+        size = data.shape[axis]
+        index[axis] = slice(
+            int(np.clip(start, -size - 1, size)), int(np.clip(end, -size - 1, size)), step
+        )
+    return data[tuple(index)]
+
+
+def _fold_concat(node, *arrays):
+    if len({a.dtype for a in arrays}) != 1:
+        return None
+    return np.concatenate(arrays, axis=node.attributes["axis"].as_int())
+
+
+def _fold_expand(node, data, shape):
+    target = np.broadcast_shapes(data.shape, tuple(int(d) for d in shape))
+    return np.broadcast_to(data, target)
+
+
+def _fold_mod(node, a, b):
+    fmod = node.attributes.get("fmod")
+    if a.dtype != b.dtype or a.dtype.kind not in "iu" or np.any(b == 0):
+        return None  # float remainders and division by zero are left to the runtime
+    if fmod is not None and fmod.as_int():
+        return np.fmod(a, b)
+    return np.mod(a, b)
+
+
+def _fold_extremum(fn):
+    def fold(node, *arrays):
+        if len({a.dtype for a in arrays}) != 1 or arrays[0].dtype not in _FLOATS | _INTS:
+            return None
+        if arrays[0].dtype in _FLOATS and any(np.isnan(a).any() for a in arrays):
+            return None  # NaN handling differs between runtimes: left to the runtime
+        out = arrays[0]
+        for a in arrays[1:]:
+            out = fn(out, a)
+        return out
+
+    return fold
+
+
+def _fold_gather_elements(node, data, indices):
+    axis = node.attributes.get("axis")
+    axis = 0 if axis is None else axis.as_int() % data.ndim
+    size = data.shape[axis]
+    if indices.dtype.kind not in "iu" or np.any(indices >= size) or np.any(indices < -size):
+        return None
+    return np.take_along_axis(data, np.where(indices < 0, indices + size, indices), axis=axis)
+
+
+def _fold_scatter_nd(node, data, indices, updates):
+    reduction = node.attributes.get("reduction")
+    if reduction is not None and reduction.as_string() != "none":
+        return None
+    depth = indices.shape[-1]
+    flat = indices.reshape(-1, depth).astype(np.int64)
+    bounds = np.asarray(data.shape[:depth])
+    if np.any(flat >= bounds) or np.any(flat < -bounds):
+        return None
+    flat = np.where(flat < 0, flat + bounds, flat)
+    if len({tuple(i) for i in flat}) != len(flat):
+        return None  # repeated indices: ONNX leaves the order open
+    out = np.array(data, copy=True)
+    rows = updates.reshape(len(flat), *data.shape[depth:])
+    for index, row in zip(flat, rows, strict=True):
+        out[tuple(index)] = row
+    return out
+
+
+def _fold_integer_sum(node, data, axes=None):
+    if data.dtype.kind not in "iu":
+        return None  # a float sum depends on the order of additions
+    keep = node.attributes.get("keepdims")
+    keep = True if keep is None else bool(keep.as_int())
+    noop = node.attributes.get("noop_with_empty_axes")
+    if axes is None or axes.size == 0:
+        if noop is not None and noop.as_int():
+            return data
+        axes = None
+    else:
+        axes = tuple(int(a) % data.ndim for a in axes)
+    return np.sum(data, axis=axes, keepdims=keep, dtype=data.dtype)
+
+
 _FOLDERS = {
+    "Slice": _fold_slice,
+    "Concat": _fold_concat,
+    "Expand": _fold_expand,
+    "Mod": _fold_mod,
+    "Max": _fold_extremum(np.maximum),
+    "Min": _fold_extremum(np.minimum),
+    "Abs": _arith(np.abs, integers=True),
+    "Sign": _arith(np.sign, integers=True),
+    "GatherElements": _fold_gather_elements,
+    "ScatterND": _fold_scatter_nd,
+    "ReduceSum": _fold_integer_sum,
     "Less": _compare(np.less),
     "LessOrEqual": _compare(np.less_equal),
     "Greater": _compare(np.greater),
@@ -144,13 +246,18 @@ _FOLDERS = {
 }
 
 
+_OPTIONAL_INPUTS = frozenset({"Unsqueeze", "Squeeze", "Clip", "Slice", "ReduceSum"})
+_SMALL = 256  # elements a folded result may have beyond its largest input (a Concat of scalars)
+
+
 class FoldConstantsPass(ir.passes.InPlacePass):
     """Replace a node whose inputs are all initializers by an initializer of its result.
 
     Only for layout ops and correctly rounded float arithmetic (IEEE ``+ - * /
-    sqrt`` give the same bits in NumPy and ONNX Runtime), and only when the
-    result is no larger than its largest input, so folding never grows the
-    model (a broadcasting ``Add`` that would expand a constant stays).
+    sqrt`` give the same bits in NumPy and ONNX Runtime), integer sums and
+    remainders, and only when the result is no larger than its largest input
+    or than ``_SMALL`` elements, so folding never grows the model by more than
+    bookkeeping (a broadcasting ``Add`` that would expand a constant stays).
     """
 
     def call(self, model: ir.Model) -> ir.passes.PassResult:
@@ -166,15 +273,13 @@ class FoldConstantsPass(ir.passes.InPlacePass):
             ):
                 continue
             arrays = [None if v is None else v.const_value.numpy() for v in node.inputs]
-            if node.op_type not in ("Unsqueeze", "Squeeze", "Clip") and any(
-                a is None for a in arrays
-            ):
+            if node.op_type not in _OPTIONAL_INPUTS and any(a is None for a in arrays):
                 continue
             result = fold(node, *arrays)
             old = node.outputs[0]
             if result is None or id(old) in outputs:
                 continue
-            if result.size > max(a.size for a in arrays if a is not None):
+            if result.size > max(_SMALL, *(a.size for a in arrays if a is not None)):
                 continue
             new = ir.Value(
                 name=old.name,

@@ -4,13 +4,15 @@ Code that indexes scalars out of a vector and stacks them again
 (``jnp.stack([q[0], q[2]])``, ``jnp.array([y[1], y[0]])``: state vectors in
 simulations, ODE right-hand sides) lowers one equation at a time to
 ``Slice -> Squeeze`` per element and ``Unsqueeze -> Concat`` for the stack.
-Two rewrites, in every graph of the model (``Loop``/``If``/``Scan`` bodies
+Three rewrites, in every graph of the model (``Loop``/``If``/``Scan`` bodies
 too, where a solver's step function lives):
 
 * ``Unsqueeze(Squeeze(s, axes), axes)``: ``s`` itself;
 * a ``Concat`` whose consecutive inputs are constant, unit-step Slices of one
   tensor along the concatenation axis: one ``Slice`` when the pieces are
-  contiguous and ascending, else one ``Gather`` with constant indices.
+  contiguous and ascending, else one ``Gather`` with constant indices;
+* ``Squeeze(Slice(x, k, k + 1, axis), axis)`` (``x[..., k]``, an element
+  read out of a state vector): one ``Gather`` of the scalar index ``k``.
 
 Both keep every value's numbers: they only move elements.
 """
@@ -32,9 +34,11 @@ class FoldIndexingPass(ir.passes.InPlacePass):
 
     def call(self, model: ir.Model) -> ir.passes.PassResult:
         modified = False
+        indices: dict[int, ir.Value] = {}  # one initializer per scalar index, for CSE to merge
         for graph in _graphs(model.graph):
             modified |= _cancel_pairs(graph)
             modified |= _merge_concats(graph, model.graph)
+            modified |= _gather_elements_read(graph, model.graph, indices)
         return ir.passes.PassResult(model, modified)
 
 
@@ -182,3 +186,32 @@ def _merged(graph, root, before, pieces, axis) -> ir.Value:
         node.metadata_props.update(before.metadata_props)
     graph.insert_before(before, node)
     return out
+
+
+def _gather_elements_read(graph: ir.Graph, root: ir.Graph, indices: dict[int, ir.Value]) -> bool:
+    modified = False
+    for squeeze in list(graph):
+        if squeeze.op_type != "Squeeze" or squeeze.domain not in _ONNX:
+            continue
+        sliced = squeeze.inputs[0]
+        piece = _slice_of(sliced)
+        axes = _ints(squeeze.inputs[1]) if len(squeeze.inputs) > 1 else None
+        if piece is None or axes is None or len(axes) != 1 or len(sliced.uses()) != 1:
+            continue
+        x, axis, start, stop = piece
+        if stop - start != 1 or axes[0] % len(x.shape) != axis:
+            continue
+        index = indices.get(start)
+        if index is None:
+            index = indices[start] = new_constant(root, np.array(start, np.int64), "index")
+        node = ir.Node("", "Gather", [x, index], [ir.AttrInt64("axis", axis)], num_outputs=1)
+        out, old = node.outputs[0], squeeze.outputs[0]
+        out.dtype, out.shape = x.dtype, ir.Shape([s for d, s in enumerate(x.shape) if d != axis])
+        node.metadata_props.update(squeeze.metadata_props)
+        graph.insert_before(squeeze, node)
+        name = old.name
+        ir.convenience.replace_all_uses_with(old, out, replace_graph_outputs=True)
+        graph.remove([squeeze, sliced.producer()], safe=True)
+        out.name = name
+        modified = True
+    return modified

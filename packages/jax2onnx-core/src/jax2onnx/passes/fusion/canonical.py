@@ -9,7 +9,13 @@
   broadcasting gives the same output shape;
 * ``Where(c, a, b)`` with a constant ``c`` that is all true (all false) is
   ``a`` (``b``) when that has the output's shape (``jnp.var`` guards its
-  divisor so).
+  divisor so);
+* and what a reduction over pytree leaves leaves behind (``jnp.all`` of a
+  stack of one flag, as Equinox's and Optimistix's termination tests write
+  it): ``Not(Not(x))`` is ``x``; ``Squeeze(Unsqueeze(x, axes), axes)`` is ``x``;
+  a one-input ``Concat`` is its input; a ``ReduceMax``/``Min``/``Sum``/
+  ``Mean``/``Prod`` over axes of size 1 is its input, squeezed without
+  ``keepdims``; ``Cast(Cast(b, T), bool)`` of a bool ``b`` is ``b``.
 """
 
 from __future__ import annotations
@@ -187,7 +193,81 @@ def broadcast(shapes: list[tuple[Any, ...]]) -> tuple[Any, ...] | None:
     return tuple(out)
 
 
+def _stand_in(ctx: Any, gone: ir.Node, kept: ir.Value, *, same: bool = False) -> bool:
+    """``kept`` takes the place of ``gone``'s one output; ``gone`` goes. ``same``: the
+    rewrite itself keeps the shape, else the two shapes must be known and equal."""
+    out = gone.outputs[0]
+    if out.is_graph_output():
+        return False
+    if not same:
+        shape = static_or_symbolic(out)
+        if shape is None or static_or_symbolic(kept) != shape:
+            return False
+    kept.shape = kept.shape or out.shape
+    kept.type = kept.type or out.type
+    ir.convenience.replace_all_uses_with(out, kept)
+    ctx.graph.remove(gone, safe=True)
+    return True
+
+
+def double_not(ctx: Any, outer: ir.Node) -> bool:
+    inner = producer(outer.inputs[0], "Not")
+    return inner is not None and _stand_in(ctx, outer, inner.inputs[0], same=True)
+
+
+def squeeze_of_unsqueeze(ctx: Any, squeeze: ir.Node) -> bool:
+    unsqueeze = producer(squeeze.inputs[0], "Unsqueeze")
+    if unsqueeze is None or len(squeeze.inputs) < 2 or len(unsqueeze.inputs) < 2:
+        return False
+    out_rank, axes = rank(unsqueeze.outputs[0]), constant(squeeze.inputs[1])
+    inserted = constant(unsqueeze.inputs[1])
+    if out_rank is None or axes is None or inserted is None:
+        return False
+    normal = [sorted(int(a) % out_rank for a in v.reshape(-1)) for v in (axes, inserted)]
+    return normal[0] == normal[1] and _stand_in(ctx, squeeze, unsqueeze.inputs[0], same=True)
+
+
+def lone_concat(ctx: Any, concat: ir.Node) -> bool:
+    return len(concat.inputs) == 1 and _stand_in(ctx, concat, concat.inputs[0], same=True)
+
+
+_KEEPING = ("ReduceMax", "ReduceMin", "ReduceSum", "ReduceMean", "ReduceProd")
+
+
+def unit_reduction(ctx: Any, reduce: ir.Node) -> bool:
+    x = reduce.inputs[0]
+    x_rank = rank(x)
+    if x_rank is None or int_attr(reduce, "noop_with_empty_axes", 0):
+        return False
+    axes = reduced_axes(reduce, x_rank)
+    if not axes or any(x.shape[a] != 1 for a in axes):
+        return False
+    if int_attr(reduce, "keepdims", 1):
+        return _stand_in(ctx, reduce, x)
+    out = reduce.outputs[0]
+    if out.is_graph_output():
+        return False
+    squeeze = node("Squeeze", [x, ctx.constant(np.asarray(axes, np.int64), "axes")])
+    squeeze.outputs[0].type, squeeze.outputs[0].shape = out.type, out.shape
+    match = Match(ctx.graph, reduce)
+    return match.replace([squeeze], squeeze.outputs[0])
+
+
+def bool_round_trip(ctx: Any, back: ir.Node) -> bool:
+    if int_attr(back, "to", 0) != ir.DataType.BOOL:
+        return False
+    there = producer(back.inputs[0], "Cast")
+    if there is None or there.inputs[0] is None or there.inputs[0].dtype != ir.DataType.BOOL:
+        return False
+    return _stand_in(ctx, back, there.inputs[0], same=True)
+
+
 REWRITES = (
+    (("Not",), double_not),
+    (("Squeeze",), squeeze_of_unsqueeze),
+    (("Concat",), lone_concat),
+    (_KEEPING, unit_reduction),
+    (("Cast",), bool_round_trip),
     (("Unsqueeze",), keepdims_reduction),
     (("Div",), mean),
     (BROADCASTING, expand_operand),
