@@ -428,3 +428,20 @@ def test_what_a_reduction_over_one_leaf_leaves_behind_goes():
     for value in (x, np.array([1.0, 0.5, -2.0], np.float32), np.array([1.0, 3.0, 0.0], np.float32)):
         (got,) = session.run(None, {"in_0": value})
         np.testing.assert_array_equal(got, np.asarray(jax.jit(fn)(value)))
+
+
+def test_an_element_of_a_vector_just_stacked_is_the_element_itself():
+    def fn(q, flag):
+        stacked = jnp.stack([q[0] * 2.0, q[1] + 1.0, jnp.sin(q[2])])
+        keep = jnp.logical_and(flag, True) | False  # a flag and constants: the flag
+        return jnp.where(keep, stacked * stacked[1] - stacked[-1], q)
+
+    q = np.array([0.3, -0.2, 0.5], np.float32)
+    model = to_onnx(fn, [q, np.array(True)])
+    onnx.checker.check_model(model, full_check=True)
+    ops = _ops(model)
+    assert ops.count("Gather") == 3 and "And" not in ops and "Or" not in ops, ops
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    for flag in (True, False):
+        (got,) = session.run(None, {"in_0": q, "in_1": np.array(flag)})
+        np.testing.assert_allclose(got, np.asarray(jax.jit(fn)(q, flag)), rtol=1e-6, atol=1e-7)

@@ -117,22 +117,27 @@ def _maybe_empty(d: Any) -> bool:
         return True
 
 
-def pick(x: Any, p: Any) -> Any:
-    """``x[..., p, ...]`` with a per-batch index ``p`` into the axis right after its dims."""
+def pick(x: Any, p: Any, *, in_range: bool = False) -> Any:
+    """``x[..., p, ...]`` with a per-batch index ``p`` into the axis right after its dims.
+
+    ``in_range``: ``p`` is known to lie in the axis (an ArgMax): no wrap-around of
+    negative indices (the gather still clamps)."""
     axis = p.ndim
     idx = jnp.expand_dims(p, tuple(range(p.ndim, x.ndim)))
-    return jnp.squeeze(jnp.take_along_axis(x, idx, axis=axis, mode="clip"), axis)
+    mode = "promise_in_bounds" if in_range else "clip"
+    return jnp.squeeze(jnp.take_along_axis(x, idx, axis=axis, mode=mode), axis)
 
 
-def swap_rows(x: Any, j: Any, p: Any) -> Any:
+def swap_rows(x: Any, j: Any, p: Any, *, in_range: bool = False) -> Any:
     """Rows ``j`` (same for every batch) and ``p`` (per batch) of ``x`` exchanged.
 
-    ``x`` is ``[..., m]`` (swapping entries) or ``[..., m, n]`` (swapping rows).
+    ``x`` is ``[..., m]`` (swapping entries) or ``[..., m, n]`` (swapping rows);
+    ``in_range`` as for :func:`pick`.
     """
     vec = x.ndim == p.ndim + 1
     axis = p.ndim
     rows = iota(x.shape[axis], j)
-    xj, xp = index(x, j, axis), pick(x, p)
+    xj, xp = index(x, j, axis), pick(x, p, in_range=in_range)
     is_j, is_p = rows == j, rows == p[..., None]
     if vec:
         xj, xp = xj[..., None], xp[..., None]
@@ -260,7 +265,7 @@ def lu(a: Any) -> tuple[Any, Any, Any]:
         )
         mag = jnp.where(rows >= j, size, -1)
         p = jnp.argmax(mag, axis=-1).astype(np.int32)
-        a, perm = swap_rows(a, j, p), swap_rows(perm, j, p)
+        a, perm = swap_rows(a, j, p, in_range=True), swap_rows(perm, j, p, in_range=True)
         pivots = jnp.where(iota(k, j) == j, p[..., None], pivots)
         top = index(a, j, -2)
         pivot = index(top, j, -1)

@@ -4,7 +4,7 @@ Code that indexes scalars out of a vector and stacks them again
 (``jnp.stack([q[0], q[2]])``, ``jnp.array([y[1], y[0]])``: state vectors in
 simulations, ODE right-hand sides) lowers one equation at a time to
 ``Slice -> Squeeze`` per element and ``Unsqueeze -> Concat`` for the stack.
-Three rewrites, in every graph of the model (``Loop``/``If``/``Scan`` bodies
+Four rewrites, in every graph of the model (``Loop``/``If``/``Scan`` bodies
 too, where a solver's step function lives):
 
 * ``Unsqueeze(Squeeze(s, axes), axes)``: ``s`` itself;
@@ -12,7 +12,9 @@ too, where a solver's step function lives):
   tensor along the concatenation axis: one ``Slice`` when the pieces are
   contiguous and ascending, else one ``Gather`` with constant indices;
 * ``Squeeze(Slice(x, k, k + 1, axis), axis)`` (``x[..., k]``, an element
-  read out of a state vector): one ``Gather`` of the scalar index ``k``.
+  read out of a state vector): one ``Gather`` of the scalar index ``k``;
+* ``Gather(Concat(..., Unsqueeze(s), ...), k)`` with a constant scalar ``k``
+  that lands on the ``Unsqueeze`` (an element of a vector just stacked): ``s``.
 
 Both keep every value's numbers: they only move elements.
 """
@@ -39,6 +41,7 @@ class FoldIndexingPass(ir.passes.InPlacePass):
             modified |= _cancel_pairs(graph)
             modified |= _merge_concats(graph, model.graph)
             modified |= _gather_elements_read(graph, model.graph, indices)
+            modified |= _stacked_reads(graph)
         return ir.passes.PassResult(model, modified)
 
 
@@ -215,3 +218,65 @@ def _gather_elements_read(graph: ir.Graph, root: ir.Graph, indices: dict[int, ir
         out.name = name
         modified = True
     return modified
+
+
+def _stacked_reads(graph: ir.Graph) -> bool:
+    modified = False
+    for gather in list(graph):
+        if gather.op_type != "Gather" or gather.domain not in _ONNX:
+            continue
+        concat = gather.inputs[0].producer() if gather.inputs[0] is not None else None
+        index = _ints(gather.inputs[1])
+        if concat is None or concat.op_type != "Concat" or index is None or len(index) != 1:
+            continue
+        if gather.inputs[1].shape is None or len(gather.inputs[1].shape) != 0:
+            continue  # an index of shape [1] keeps the axis
+        rank = len(concat.outputs[0].shape) if concat.outputs[0].shape is not None else None
+        if rank is None:
+            continue
+        axis = gather.attributes["axis"].as_int() if "axis" in gather.attributes else 0
+        if concat.attributes["axis"].as_int() % rank != axis % rank:
+            continue
+        piece = _piece_at(concat, axis % rank, index[0])
+        out = gather.outputs[0]
+        if piece is None or out.is_graph_output():
+            continue
+        piece.shape = piece.shape or out.shape
+        ir.convenience.replace_all_uses_with(out, piece)
+        graph.remove(gather, safe=True)
+        modified = True
+    return modified
+
+
+def _piece_at(concat: ir.Node, axis: int, k: int) -> ir.Value | None:
+    """The scalar ``s`` of ``Unsqueeze(s, axis)`` at position ``k`` of the concatenation."""
+    rank = len(concat.outputs[0].shape)
+    sizes, scalars = [], []
+    for value in concat.inputs:
+        scalar = _unsqueezed_on(value, axis, rank)
+        if scalar is not None:
+            size = 1
+        elif value is not None and value.shape is not None and isinstance(value.shape[axis], int):
+            size = value.shape[axis]
+        else:
+            return None
+        sizes.append(size)
+        scalars.append(scalar)
+    k = k + sum(sizes) if k < 0 else k
+    start = 0
+    for scalar, size in zip(scalars, sizes, strict=True):
+        if start <= k < start + size:
+            return scalar
+        start += size
+    return None
+
+
+def _unsqueezed_on(value: ir.Value | None, axis: int, rank: int) -> ir.Value | None:
+    """``s`` when ``value`` is ``Unsqueeze(s, [axis])`` (a result of rank ``rank``)."""
+    node = value.producer() if value is not None else None
+    if node is None or node.op_type != "Unsqueeze" or node.domain not in _ONNX:
+        return None
+    axes = _ints(node.inputs[1]) if len(node.inputs) > 1 else None
+    if axes is None or len(axes) != 1 or axes[0] % rank != axis:
+        return None
+    return node.inputs[0]

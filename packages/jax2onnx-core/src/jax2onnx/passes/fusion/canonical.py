@@ -15,7 +15,9 @@
   it): ``Not(Not(x))`` is ``x``; ``Squeeze(Unsqueeze(x, axes), axes)`` is ``x``;
   a one-input ``Concat`` is its input; a ``ReduceMax``/``Min``/``Sum``/
   ``Mean``/``Prod`` over axes of size 1 is its input, squeezed without
-  ``keepdims``; ``Cast(Cast(b, T), bool)`` of a bool ``b`` is ``b``.
+  ``keepdims``; ``Cast(Cast(b, T), bool)`` of a bool ``b`` is ``b``;
+  ``And(x, True)`` and ``Or(x, False)`` are ``x`` (a constant flag of a
+  solver's options, a batch of one).
 """
 
 from __future__ import annotations
@@ -262,7 +264,19 @@ def bool_round_trip(ctx: Any, back: ir.Node) -> bool:
     return _stand_in(ctx, back, there.inputs[0], same=True)
 
 
+def constant_logic(ctx: Any, op: ir.Node) -> bool:
+    neutral = op.op_type == "And"  # True for And, False for Or
+    for k in (0, 1):
+        flag = constant(op.inputs[k])
+        if flag is None or flag.dtype != np.bool_ or flag.size == 0:
+            continue
+        if bool(flag.all()) if neutral else not flag.any():
+            return _stand_in(ctx, op, op.inputs[1 - k])
+    return False
+
+
 REWRITES = (
+    (("And", "Or"), constant_logic),
     (("Not",), double_not),
     (("Squeeze",), squeeze_of_unsqueeze),
     (("Concat",), lone_concat),
