@@ -445,3 +445,40 @@ def test_an_element_of_a_vector_just_stacked_is_the_element_itself():
     for flag in (True, False):
         (got,) = session.run(None, {"in_0": q, "in_1": np.array(flag)})
         np.testing.assert_allclose(got, np.asarray(jax.jit(fn)(q, flag)), rtol=1e-6, atol=1e-7)
+
+
+_TABLE = np.linspace(-1.0, 1.0, 15, dtype=np.float32).reshape(5, 3)
+
+
+def _table_walk(step, go_on):
+    """A while over a table's rows: the row index is a counter bounded by the condition."""
+
+    def fn(x):
+        def body(carry):
+            i, acc = carry
+            return i + step, acc * 0.5 + jnp.asarray(_TABLE)[i] * x
+
+        more = x.sum() > -100.0  # not constant: the while stays a Loop
+        return jax.lax.while_loop(lambda c: more & go_on(c[0]), body, (0, x))[1]
+
+    return fn
+
+
+def test_a_bounded_counter_indexes_without_wrap_around_or_bounds_checks():
+    fn = _table_walk(1, lambda i: i < 5)
+    x = np.array([0.5, -1.0, 2.0], np.float32)
+    model, (got,) = _run_loop(fn, x)
+    onnx.checker.check_model(model, full_check=True)
+    body = [n.op_type for n in _loop_body(model).node]
+    # i < 0 ? i + 5 : i and the clamp to [0, 4] are decided: i lies in [0, 4] in the body
+    assert "Where" not in body and "Clip" not in body, body
+    np.testing.assert_allclose(got, np.asarray(jax.jit(fn)(x)), rtol=1e-6, atol=1e-6)
+
+
+def test_a_counter_that_may_wrap_keeps_its_checks():
+    fn = _table_walk(-1, lambda i: i > -4)  # negative rows: JAX wraps them around the table
+    x = np.array([0.5, -1.0, 2.0], np.float32)
+    model, (got,) = _run_loop(fn, x)
+    body = [n.op_type for n in _loop_body(model).node]
+    assert "Where" in body or "Clip" in body, body
+    np.testing.assert_allclose(got, np.asarray(jax.jit(fn)(x)), rtol=1e-6, atol=1e-6)

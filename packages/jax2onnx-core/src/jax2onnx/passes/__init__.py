@@ -14,6 +14,9 @@ layout-agnostic ops between them until they meet and cancel;
 keep the shape; :class:`FoldIndexingPass` cancels Squeeze/Unsqueeze pairs and
 merges stacked constant slices of one tensor into a Slice or a Gather, and
 reads one element (``x[k]``) with one Gather (in Loop/If bodies too);
+:class:`FoldIndexRangesPass` decides index comparisons, Wheres and Clips from
+integer intervals (a loop counter bounded by its Loop's condition needs no
+wrap-around or bounds check);
 :class:`FoldConstantsPass` computes, once at conversion time, the nodes
 whose inputs are all initializers (a bias reshaped for broadcasting,
 ``rsqrt(var + eps)`` of a normalisation) for the ops whose NumPy result is
@@ -42,6 +45,7 @@ from jax2onnx.passes.identities import EliminateIdentitiesPass
 from jax2onnx.passes.indexing import FoldIndexingPass
 from jax2onnx.passes.loops import HoistLoopInvariantsPass
 from jax2onnx.passes.precision import FoldCastsPass, WidenHalfPrecisionPass
+from jax2onnx.passes.ranges import FoldIndexRangesPass
 from jax2onnx.passes.reshapes import FoldReshapesPass
 from jax2onnx.passes.transposes import FoldTransposesPass
 from jax2onnx.passes.weights import DeduplicateWeightsPass
@@ -52,6 +56,7 @@ __all__ = [
     "EliminateIdentitiesPass",
     "FoldCastsPass",
     "FoldConstantsPass",
+    "FoldIndexRangesPass",
     "FoldIndexingPass",
     "FoldReshapesPass",
     "FoldTransposesPass",
@@ -85,6 +90,7 @@ def optimize(
         FoldTransposesPass(),
         FoldReshapesPass(),
         FoldIndexingPass(),
+        FoldIndexRangesPass(),
         common.RemoveUnusedNodesPass(),
         common.CommonSubexpressionEliminationPass(),
         MergeBodyDuplicatesPass(),
@@ -102,8 +108,10 @@ def optimize(
     for value, (type_, shape) in zip(model.graph.outputs, declared, strict=True):
         # a pass may let another value stand for an output (CSE merging a Cast to float32 a
         # model returns with the same Cast feeding other ops): it keeps the output's type
-        value.type = value.type or type_
-        value.shape = value.shape or shape
+        if value.type is None:
+            value.type = type_
+        if value.shape is None:
+            value.shape = shape
     _fill_metadata(model.graph)
     return model
 

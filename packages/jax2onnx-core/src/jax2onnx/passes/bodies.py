@@ -85,8 +85,10 @@ def _merge(graph: ir.Graph) -> bool:
         if first is node or any(out.is_graph_output() for out in node.outputs):
             continue
         for duplicate, kept in zip(node.outputs, first.outputs, strict=True):
-            kept.shape = kept.shape or duplicate.shape
-            kept.type = kept.type or duplicate.type
+            if kept.shape is None:
+                kept.shape = duplicate.shape
+            if kept.type is None:
+                kept.type = duplicate.type
             ir.convenience.replace_all_uses_with(duplicate, kept)
         graph.remove(node, safe=True)
         modified = True

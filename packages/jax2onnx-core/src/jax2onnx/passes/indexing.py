@@ -241,7 +241,8 @@ def _stacked_reads(graph: ir.Graph) -> bool:
         out = gather.outputs[0]
         if piece is None or out.is_graph_output():
             continue
-        piece.shape = piece.shape or out.shape
+        if piece.shape is None:
+            piece.shape = out.shape
         ir.convenience.replace_all_uses_with(out, piece)
         graph.remove(gather, safe=True)
         modified = True

@@ -200,15 +200,25 @@ def _stand_in(ctx: Any, gone: ir.Node, kept: ir.Value, *, same: bool = False) ->
     rewrite itself keeps the shape, else the two shapes must be known and equal."""
     out = gone.outputs[0]
     if out.is_graph_output():
-        return False
+        # the kept value takes the output's place and name when it is this graph's own
+        # value and not already an output (as EliminateIdentitiesPass does)
+        producer = kept.producer()
+        if producer is None or producer.graph is not ctx.graph or kept.is_graph_output():
+            return False
     if not same:
         shape = static_or_symbolic(out)
         if shape is None or static_or_symbolic(kept) != shape:
             return False
-    kept.shape = kept.shape or out.shape
-    kept.type = kept.type or out.type
-    ir.convenience.replace_all_uses_with(out, kept)
+    if kept.shape is None:
+        kept.shape = out.shape
+    if kept.type is None:
+        kept.type = out.type
+    name = out.name
+    output = out.is_graph_output()
+    ir.convenience.replace_all_uses_with(out, kept, replace_graph_outputs=True)
     ctx.graph.remove(gone, safe=True)
+    if output:
+        kept.name = name
     return True
 
 

@@ -1,0 +1,431 @@
+"""``FoldIndexRangesPass``: integer bounds known at conversion decide index arithmetic.
+
+JAX's indexing normalises every dynamic index (``i < 0 ? i + n : i``) and the
+lowerings clamp it or check it against the axis (``0 <= i <= n - 1``) before
+a Gather or a ScatterND. Inside a solver's loop body the index is often a
+counter whose bounds are known: it starts at a constant, grows by one, and
+the loop stops when it reaches its limit. Every step then runs comparisons
+whose answer never changes.
+
+This pass computes an interval ``[low, high]`` for integer values, from:
+
+* constants; ``ArgMax``/``ArgMin`` (``[0, n - 1]``); ``Shape``/``Size``;
+* a Loop's iteration number (``[0, trips - 1]``) and its carried values: a
+  carry takes its start value's interval joined with what the body returns
+  for it, bounded by the body's condition when that is a conjunction holding
+  ``Less(carry, c)`` (or ``LessOrEqual``, ``Greater``, ``GreaterOrEqual``)
+  for a constant ``c`` (the loop goes on only while it holds), found by
+  iterating over the body until the intervals no longer change (a bound that
+  moves is widened to its type's end, then cut by the condition);
+* the ops that move, select or compute integers (``Add``, ``Sub``, ``Mul``
+  and ``Neg`` only when no value in the intervals can wrap around).
+
+Then a comparison whose answer the intervals decide becomes a constant, a
+``Where`` on a decided condition becomes the chosen operand, and a ``Clip``
+that cannot change its input goes. The passes that follow fold what is left
+(``And`` with a constant true, unused nodes). Only shapes known at
+conversion are used; a value whose shape is unknown keeps its node.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from jax2onnx.passes.fusion.canonical import broadcast
+from jax2onnx.passes.fusion.match import constant, new_constant
+from jax2onnx.values.ir import ir
+
+Interval = tuple[int, int]
+_ONNX = ("", "ai.onnx")
+_SAME = frozenset(
+    {"Identity", "Unsqueeze", "Squeeze", "Reshape", "Flatten", "Expand", "Transpose", "Slice"}
+    | {"Gather", "GatherElements", "GatherND", "Tile", "ReduceMax", "ReduceMin"}
+)
+_UNARY_SHAPE = frozenset(
+    {"Cast", "Not", "Neg", "Abs", "Identity", "Clip", "IsNaN", "IsInf", "Sign", "Reciprocal"}
+    | {"Sqrt", "Exp", "Log", "Tanh", "Sigmoid", "Relu", "Floor", "Ceil", "Round", "Sin", "Cos"}
+    | {"Erf", "Softplus"}
+)
+_BINARY_SHAPE = frozenset(
+    {"Add", "Sub", "Mul", "Div", "And", "Or", "Xor", "Equal", "Less", "LessOrEqual"}
+    | {"Greater", "GreaterOrEqual", "Max", "Min", "Where"}
+)
+_COMPARE = {
+    "Less": lambda a, b: (a[1] < b[0], a[0] >= b[1]),
+    "LessOrEqual": lambda a, b: (a[1] <= b[0], a[0] > b[1]),
+    "Greater": lambda a, b: (a[0] > b[1], a[1] <= b[0]),
+    "GreaterOrEqual": lambda a, b: (a[0] >= b[1], a[1] < b[0]),
+    "Equal": lambda a, b: (a[0] == a[1] == b[0] == b[1], a[1] < b[0] or b[1] < a[0]),
+}
+_ROUNDS = 6  # a Loop's carries settle in two or three rounds when bounded
+
+
+class FoldIndexRangesPass(ir.passes.InPlacePass):
+    """Comparisons, Wheres and Clips decided by integer intervals fold (see the module)."""
+
+    def call(self, model: ir.Model) -> ir.passes.PassResult:
+        modified = False
+        for root in [model.graph, *(f.graph for f in model.functions.values())]:
+            # a function has no initializers: its comparisons stay (Where and Clip still fold)
+            ranges = _Ranges(model.graph if root is model.graph else None)
+            modified |= ranges.visit(root, fold=True)
+        return ir.passes.PassResult(model, modified)
+
+
+_BOOLEAN = frozenset({"Less", "LessOrEqual", "Greater", "GreaterOrEqual", "Equal", "IsNaN"})
+_INDEX = frozenset({"ArgMax", "ArgMin", "Shape", "Size", "NonZero"})
+
+
+def _dtype(value: ir.Value | None, depth: int = 0) -> ir.DataType | None:
+    """The value's element type, from its producer when not recorded."""
+    if value is None:
+        return None
+    if value.dtype is not None or depth > 8:
+        return value.dtype
+    node = value.producer()
+    if node is None or node.domain not in _ONNX:
+        return None
+    if node.op_type == "Cast" and "to" in node.attributes:
+        return ir.DataType(node.attributes["to"].as_int())
+    if node.op_type in _INDEX:
+        return ir.DataType.INT64
+    if node.op_type in _BOOLEAN or node.op_type in ("And", "Or", "Not", "Xor", "IsInf"):
+        return ir.DataType.BOOL
+    source = node.inputs[1] if node.op_type == "Where" and len(node.inputs) > 1 else None
+    source = source or (node.inputs[0] if node.inputs else None)
+    return _dtype(source, depth + 1)
+
+
+def _bounds(value: ir.Value | None) -> Interval | None:
+    """The integer range of the value's dtype (None: not an integer)."""
+    dtype = _dtype(value)
+    if dtype is None:
+        return None
+    if dtype == ir.DataType.BOOL:
+        return (0, 1)
+    np_type = np.dtype(dtype.numpy())
+    if np_type.kind not in "iu":
+        return None
+    info = np.iinfo(np_type)
+    return (int(info.min), int(info.max))
+
+
+class _Ranges:
+    def __init__(self, root: ir.Graph | None) -> None:
+        self.root = root
+        self.known: dict[int, Interval] = {}
+
+    def of(self, value: ir.Value | None) -> Interval | None:
+        if value is None:
+            return None
+        known = self.known.get(id(value))
+        if known is not None:
+            return known
+        array = constant(value)
+        if array is None or array.size == 0 or array.dtype.kind not in "iub":
+            return None
+        return (int(array.min()), int(array.max()))
+
+    def _set(self, value: ir.Value, interval: Interval | None) -> None:
+        limits = _bounds(value)
+        if interval is None or limits is None:
+            self.known.pop(id(value), None)
+        elif limits[0] <= interval[0] <= interval[1] <= limits[1]:
+            self.known[id(value)] = interval
+        else:
+            self.known.pop(id(value), None)  # could wrap around: nothing known
+
+    # -- walking ---------------------------------------------------------------
+    def visit(self, graph: ir.Graph, *, fold: bool) -> bool:
+        modified = False
+        for node in list(graph):
+            if node.graph is None:
+                continue  # removed by a fold of this walk
+            if node.op_type == "Loop" and node.domain in _ONNX:
+                modified |= self._loop(node, fold=fold)
+            else:
+                for attribute in node.attributes.values():
+                    if attribute.type is ir.AttributeType.GRAPH:
+                        modified |= self.visit(attribute.value, fold=fold)
+                    elif attribute.type is ir.AttributeType.GRAPHS:
+                        for sub in attribute.value:
+                            modified |= self.visit(sub, fold=fold)
+            if fold and node.domain in _ONNX and self._fold(graph, node):
+                modified = True
+                continue
+            if node.op_type != "Loop":  # a Loop's results were set by _loop
+                self._propagate(node)
+        return modified
+
+    def _loop(self, loop: ir.Node, *, fold: bool) -> bool:
+        body = loop.attributes["body"].value if "body" in loop.attributes else None
+        if body is None or len(body.inputs) != len(loop.inputs):
+            return False
+        carried = len(loop.inputs) - 2
+        trips = self.of(loop.inputs[0]) if loop.inputs[0] is not None else None
+        high = trips[1] - 1 if trips is not None else int(np.iinfo(np.int64).max)
+        self._set(body.inputs[0], (0, max(high, 0)))
+        starts = [self.of(v) for v in loop.inputs[2:]]
+        current = list(starts)
+        for _ in range(_ROUNDS):
+            for value, interval in zip(body.inputs[2:], current, strict=True):
+                self._set(value, interval)
+            self.visit(body, fold=False)
+            limits = _condition_limits(body, carried, self)
+            following = []
+            for k in range(carried):
+                out = self.of(body.outputs[1 + k])
+                following.append(_join(starts[k], _meet(out, limits.get(k))))
+            if following == current:
+                break
+            current = [  # a bound that moved goes to the end of its type, then to the limit
+                _widened(c, f, starts[k], limits.get(k), _bounds(body.inputs[2 + k]))
+                for k, (c, f) in enumerate(zip(current, following, strict=True))
+            ]
+        else:
+            current = [None] * carried  # did not settle: nothing known of the carries
+        for value, interval in zip(body.inputs[2:], current, strict=True):
+            self._set(value, interval)
+        modified = self.visit(body, fold=fold)
+        for k in range(carried):  # the result: the start or what the last step returned
+            if k < len(loop.outputs):
+                self._set(loop.outputs[k], _join(starts[k], self.of(body.outputs[1 + k])))
+        return modified
+
+    # -- intervals -------------------------------------------------------------
+    def _propagate(self, node: ir.Node) -> None:
+        if node.domain not in _ONNX or not node.outputs:
+            return
+        out, op = node.outputs[0], node.op_type
+        ins = [self.of(v) for v in node.inputs]
+        result: Interval | None = None
+        if op in _SAME and ins:
+            result = ins[0]
+        elif op == "Cast":
+            result = ins[0]
+        elif op == "Concat":
+            result = _join_all(ins)
+        elif op == "Where" and len(ins) == 3:
+            result = _join(ins[1], ins[2]) if ins[1] and ins[2] else None
+        elif op in ("Max", "Min") and ins and all(ins):
+            pick = max if op == "Max" else min
+            result = (pick(i[0] for i in ins), pick(i[1] for i in ins))
+        elif op == "Add" and len(ins) == 2 and all(ins):
+            result = (ins[0][0] + ins[1][0], ins[0][1] + ins[1][1])
+        elif op == "Sub" and len(ins) == 2 and all(ins):
+            result = (ins[0][0] - ins[1][1], ins[0][1] - ins[1][0])
+        elif op == "Neg" and ins and ins[0]:
+            result = (-ins[0][1], -ins[0][0])
+        elif op == "Mul" and len(ins) == 2 and all(ins):
+            corners = [a * b for a in ins[0] for b in ins[1]]
+            result = (min(corners), max(corners))
+        elif op == "Clip" and ins and ins[0]:
+            low = ins[1][0] if len(ins) > 1 and ins[1] else ins[0][0]
+            high = ins[2][1] if len(ins) > 2 and ins[2] else ins[0][1]
+            result = (max(ins[0][0], low), min(ins[0][1], high)) if low <= high else None
+        elif op in ("ArgMax", "ArgMin"):
+            result = _arg_range(node)
+        elif op in ("Shape", "Size"):
+            result = (0, int(np.iinfo(np.int64).max))
+        self._set(out, result)
+
+    # -- folding ---------------------------------------------------------------
+    def _fold(self, graph: ir.Graph, node: ir.Node) -> bool:
+        op = node.op_type
+        if op in _COMPARE and len(node.inputs) == 2:
+            a, b = self.of(node.inputs[0]), self.of(node.inputs[1])
+            if a is None or b is None:
+                return False
+            true, false = _COMPARE[op](a, b)
+            if not (true or false) or self.root is None:
+                return False
+            shape = _shape(node.outputs[0])
+            if shape is None or not all(isinstance(d, int) for d in shape):
+                return False
+            value = new_constant(self.root, np.full(shape, bool(true)), "decided")
+            return _replace(graph, node, value)
+        if op == "Where" and len(node.inputs) == 3:
+            decided = _decided(node.inputs[0])
+            if decided is None:
+                return False
+            kept = node.inputs[1] if decided else node.inputs[2]
+            shape = _shape(node.outputs[0])
+            if shape is None or _shape(kept) != shape:
+                return False
+            return _replace(graph, node, kept)
+        if op == "Clip" and node.inputs:
+            x = self.of(node.inputs[0])
+            low = self.of(node.inputs[1]) if len(node.inputs) > 1 else None
+            high = self.of(node.inputs[2]) if len(node.inputs) > 2 else None
+            if x is None or (len(node.inputs) > 1 and node.inputs[1] is not None and low is None):
+                return False
+            if len(node.inputs) > 2 and node.inputs[2] is not None and high is None:
+                return False
+            if (low is None or low[1] <= x[0]) and (high is None or x[1] <= high[0]):
+                return _replace(graph, node, node.inputs[0])
+        return False
+
+
+def _replace(graph: ir.Graph, node: ir.Node, kept: ir.Value) -> bool:
+    out = node.outputs[0]
+    if out.is_graph_output():
+        return False
+    if kept.shape is None:
+        kept.shape = out.shape
+    ir.convenience.replace_all_uses_with(out, kept)
+    graph.remove(node, safe=True)
+    return True
+
+
+def _decided(value: ir.Value | None) -> bool | None:
+    array = constant(value)
+    if array is None or array.dtype != np.bool_ or array.size == 0:
+        return None
+    if array.all():
+        return True
+    return False if not array.any() else None
+
+
+def _shape(value: ir.Value | None, depth: int = 0) -> tuple[Any, ...] | None:
+    """The value's shape (ints and symbolic names), from its producer when not recorded."""
+    if value is None:
+        return None
+    if value.shape is not None:
+        dims = []
+        for d in value.shape:
+            if isinstance(d, int):
+                dims.append(d)
+            elif isinstance(d, ir.SymbolicDim) and d.value is not None:
+                dims.append(d.value)
+            else:
+                return None
+        return tuple(dims)
+    array = constant(value)
+    if array is not None:
+        return tuple(array.shape)
+    node = value.producer()
+    if node is None or node.domain not in _ONNX or depth > 8 or len(node.outputs) != 1:
+        return None
+    if node.op_type in _UNARY_SHAPE:
+        return _shape(node.inputs[0], depth + 1)
+    if node.op_type in _BINARY_SHAPE:
+        shapes = [_shape(v, depth + 1) for v in node.inputs]
+        return None if any(s is None for s in shapes) else broadcast(shapes)
+    if node.op_type == "Transpose":
+        source = _shape(node.inputs[0], depth + 1)
+        perm = node.attributes.get("perm")
+        if source is None:
+            return None
+        order = list(perm.as_ints()) if perm is not None else list(range(len(source)))[::-1]
+        return tuple(source[p] for p in order)
+    if node.op_type == "Reshape" and len(node.inputs) == 2:
+        target = constant(node.inputs[1])
+        if target is None or np.any(target <= 0):
+            return None  # 0 (copy) and -1 (infer) need the input's shape: left unknown
+        return tuple(int(d) for d in target)
+    if node.op_type == "Gather" and len(node.inputs) == 2:
+        data, index = _shape(node.inputs[0], depth + 1), _shape(node.inputs[1], depth + 1)
+        if data is None or index is None or not data:
+            return None
+        attribute = node.attributes.get("axis")
+        axis = (attribute.as_int() if attribute is not None else 0) % len(data)
+        return (*data[:axis], *index, *data[axis + 1 :])
+    if node.op_type in ("Unsqueeze", "Squeeze") and len(node.inputs) == 2:
+        source, axes = _shape(node.inputs[0], depth + 1), constant(node.inputs[1])
+        if source is None or axes is None:
+            return None
+        if node.op_type == "Squeeze":
+            drop = {int(a) % len(source) for a in axes.reshape(-1)} if source else set()
+            return tuple(d for i, d in enumerate(source) if i not in drop)
+        dims = list(source)
+        rank = len(source) + axes.size
+        for axis in sorted(int(a) % rank for a in axes.reshape(-1)):
+            dims.insert(axis, 1)
+        return tuple(dims)
+    return None
+
+
+def _condition_limits(body: ir.Graph, carried: int, ranges: _Ranges) -> dict[int, Interval]:
+    """Bounds the body's condition puts on the carries it returns (a conjunction of tests
+    of a returned carry against a constant): the next step runs only where they hold."""
+    returned = {id(body.outputs[1 + k]): k for k in range(carried) if 1 + k < len(body.outputs)}
+    limits: dict[int, Interval] = {}
+    pending = [body.outputs[0]]
+    while pending:
+        value = pending.pop()
+        node = value.producer() if value is not None else None
+        if node is None or node.domain not in _ONNX or node.graph is not body:
+            continue
+        if node.op_type == "And":
+            pending.extend(node.inputs)
+            continue
+        if node.op_type not in ("Less", "LessOrEqual", "Greater", "GreaterOrEqual"):
+            continue
+        a, b = node.inputs
+        for carry, other, flipped in ((a, b, False), (b, a, True)):
+            k = returned.get(id(carry)) if carry is not None else None
+            bound = ranges.of(other) if k is not None and constant(other) is not None else None
+            if k is None or bound is None or bound[0] != bound[1]:
+                continue
+            limit = _limit(node.op_type, flipped, bound[0], _bounds(carry))
+            if limit is not None:
+                limits[k] = _meet(limits.get(k, limit), limit)
+    return limits
+
+
+def _limit(op: str, flipped: bool, c: int, dtype: Interval | None) -> Interval | None:
+    if dtype is None:
+        return None
+    low, high = dtype
+    if flipped:  # c < x, c <= x, c > x, c >= x
+        op = {"Less": "Greater", "LessOrEqual": "GreaterOrEqual"}.get(op) or {
+            "Greater": "Less",
+            "GreaterOrEqual": "LessOrEqual",
+        }[op]
+    return {
+        "Less": (low, c - 1),
+        "LessOrEqual": (low, c),
+        "Greater": (c + 1, high),
+        "GreaterOrEqual": (c, high),
+    }[op]
+
+
+def _arg_range(node: ir.Node) -> Interval | None:
+    shape = _shape(node.inputs[0]) if node.inputs else None
+    if shape is None:
+        return None
+    attribute = node.attributes.get("axis")
+    axis = attribute.as_int() if attribute is not None else 0
+    size = shape[axis % len(shape)] if len(shape) else None
+    return (0, size - 1) if isinstance(size, int) and size > 0 else None
+
+
+def _widened(current, following, start, limit, dtype) -> Interval | None:
+    if current is None or following is None or dtype is None or current == following:
+        return following
+    low = following[0] if following[0] >= current[0] else dtype[0]
+    high = following[1] if following[1] <= current[1] else dtype[1]
+    return _join(start, _meet((low, high), limit))
+
+
+def _join(a: Interval | None, b: Interval | None) -> Interval | None:
+    if a is None or b is None:
+        return None
+    return (min(a[0], b[0]), max(a[1], b[1]))
+
+
+def _join_all(intervals: list[Interval | None]) -> Interval | None:
+    if not intervals or any(i is None for i in intervals):
+        return None
+    return (min(i[0] for i in intervals), max(i[1] for i in intervals))
+
+
+def _meet(a: Interval | None, b: Interval | None) -> Interval | None:
+    if a is None:
+        return b
+    if b is None:
+        return a
+    low, high = max(a[0], b[0]), min(a[1], b[1])
+    return (low, high) if low <= high else a
