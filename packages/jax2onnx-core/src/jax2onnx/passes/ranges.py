@@ -33,7 +33,7 @@ from typing import Any
 
 import numpy as np
 
-from jax2onnx.passes.fusion.canonical import broadcast
+from jax2onnx.passes.fusion.canonical import broadcast, static_or_symbolic
 from jax2onnx.passes.fusion.match import constant, new_constant
 from jax2onnx.values.ir import ir
 
@@ -293,15 +293,7 @@ def _shape(value: ir.Value | None, depth: int = 0) -> tuple[Any, ...] | None:
     if value is None:
         return None
     if value.shape is not None:
-        dims = []
-        for d in value.shape:
-            if isinstance(d, int):
-                dims.append(d)
-            elif isinstance(d, ir.SymbolicDim) and d.value is not None:
-                dims.append(d.value)
-            else:
-                return None
-        return tuple(dims)
+        return static_or_symbolic(value)
     array = constant(value)
     if array is not None:
         return tuple(array.shape)
