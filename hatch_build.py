@@ -33,7 +33,10 @@ THIRD_PARTY = {
         "keras>=3.8,<4",
     ],
     "docs": ["mkdocs>=1.6,<2", "mkdocs-material>=9.5,<10", "mkdocstrings[python]>=0.26,<2"],
+    # benchmarks/mjx_cartpole.py: MuJoCo's JAX physics; a benchmark's, not the suite's
+    "bench": ["mujoco-mjx>=3.17,<4"],
 }
+NOT_IN_ALL = {"bench"}
 
 
 class MetaDependencies(MetadataHookInterface):
@@ -58,7 +61,13 @@ class MetaDependencies(MetadataHookInterface):
             extras.setdefault(key, []).extend(reqs)
         # the suite also runs each plugin's test dependencies (equinox: diffrax, lineax, optimistix)
         extras["all"] = sorted(
-            {r for reqs in extras.values() for r in reqs if not r.startswith("jax2onnx-equinox ")}
+            {
+                r
+                for key, reqs in extras.items()
+                if key not in NOT_IN_ALL
+                for r in reqs
+                if not r.startswith("jax2onnx-equinox ")
+            }
             | {requirement("equinox[test]")}
         )
         metadata["optional-dependencies"] = extras

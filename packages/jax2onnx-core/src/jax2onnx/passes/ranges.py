@@ -29,6 +29,7 @@ conversion are used; a value whose shape is unknown keeps its node.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -60,6 +61,7 @@ _COMPARE = {
     "Equal": lambda a, b: (a[0] == a[1] == b[0] == b[1], a[1] < b[0] or b[1] < a[0]),
 }
 _ROUNDS = 6  # a Loop's carries settle in two or three rounds when bounded
+_READ_LIMIT = 4096  # elements of an integer constant whose bounds are read
 
 
 class FoldIndexRangesPass(ir.passes.InPlacePass):
@@ -123,6 +125,10 @@ class _Ranges:
         known = self.known.get(id(value))
         if known is not None:
             return known
+        tensor = value.const_value
+        if tensor is not None:  # an initializer: only small integer ones are read (no weights)
+            if tensor.dtype.numpy().kind not in "iub" or math.prod(tensor.shape) > _READ_LIMIT:
+                return None
         array = constant(value)
         if array is None or array.size == 0 or array.dtype.kind not in "iub":
             return None
@@ -144,7 +150,12 @@ class _Ranges:
             if node.graph is None:
                 continue  # removed by a fold of this walk
             if node.op_type == "Loop" and node.domain in _ONNX:
-                modified |= self._loop(node, fold=fold)
+                if fold:
+                    modified |= self._loop(node, fold=fold)
+                else:  # while an enclosing Loop settles, a nested one is not iterated:
+                    for out in node.outputs:  # its results are unknown (cost stays linear)
+                        self._set(out, None)
+                    continue
             else:
                 for attribute in node.attributes.values():
                     if attribute.type is ir.AttributeType.GRAPH:
@@ -280,6 +291,9 @@ def _replace(graph: ir.Graph, node: ir.Node, kept: ir.Value) -> bool:
 
 
 def _decided(value: ir.Value | None) -> bool | None:
+    tensor = value.const_value if value is not None else None
+    if tensor is not None and math.prod(tensor.shape) > _READ_LIMIT:
+        return None  # a large mask (attention's) is not one decided answer
     array = constant(value)
     if array is None or array.dtype != np.bool_ or array.size == 0:
         return None
