@@ -28,19 +28,28 @@ class EliminateIdentitiesPass(ir.passes.InPlacePass):
             return False
         if len(node.inputs) != 1 or len(node.outputs) != 1 or node.inputs[0] is None:
             return False
-        (x,), (y,) = node.inputs, node.outputs
-        graph = node.graph
-        if y.is_graph_output():
-            producer = x.producer()
-            if producer is None or producer.graph is not graph or x.is_graph_output():
-                return False
-        if x.shape is None:
-            x.shape = y.shape
-        if x.type is None:
-            x.type = y.type
-        name = y.name
-        ir.convenience.replace_all_uses_with(y, x, replace_graph_outputs=True)
-        if x.is_graph_output():
-            x.name = name
-        graph.remove(node, safe=True)
-        return True
+        return take_place(node, node.inputs[0])
+
+
+def take_place(node: ir.Node, kept: ir.Value) -> bool:
+    """``kept`` takes the place of ``node``'s one output (its readers read ``kept``) and
+    ``node`` goes. A graph output passes to ``kept``, under the output's name, only when
+    ``kept`` is computed in the same graph and is not an output already; otherwise
+    nothing changes and the answer is False. The rewrites that drop a node for one of
+    its operands (Identity, canonical forms, decided Wheres) share this."""
+    out, graph = node.outputs[0], node.graph
+    output = out.is_graph_output()
+    if output:
+        producer = kept.producer()
+        if producer is None or producer.graph is not graph or kept.is_graph_output():
+            return False
+    if kept.shape is None:  # a rank-0 Shape is falsy: tested against None
+        kept.shape = out.shape
+    if kept.type is None:
+        kept.type = out.type
+    name = out.name
+    ir.convenience.replace_all_uses_with(out, kept, replace_graph_outputs=True)
+    graph.remove(node, safe=True)
+    if output:
+        kept.name = name
+    return True

@@ -26,6 +26,7 @@ from collections.abc import Iterator
 import numpy as np
 
 from jax2onnx.passes.fusion.match import new_constant
+from jax2onnx.passes.identities import take_place
 from jax2onnx.values.ir import ir
 
 _ONNX = ("", "ai.onnx")
@@ -238,14 +239,8 @@ def _stacked_reads(graph: ir.Graph) -> bool:
         if concat.attributes["axis"].as_int() % rank != axis % rank:
             continue
         piece = _piece_at(concat, axis % rank, index[0])
-        out = gather.outputs[0]
-        if piece is None or out.is_graph_output():
-            continue
-        if piece.shape is None:
-            piece.shape = out.shape
-        ir.convenience.replace_all_uses_with(out, piece)
-        graph.remove(gather, safe=True)
-        modified = True
+        if piece is not None and take_place(gather, piece):
+            modified = True
     return modified
 
 

@@ -36,6 +36,7 @@ import numpy as np
 
 from jax2onnx.passes.fusion.canonical import broadcast, static_or_symbolic
 from jax2onnx.passes.fusion.match import constant, new_constant
+from jax2onnx.passes.identities import take_place
 from jax2onnx.values.ir import ir
 
 Interval = tuple[int, int]
@@ -256,7 +257,7 @@ class _Ranges:
             if shape is None or not all(isinstance(d, int) for d in shape):
                 return False
             value = new_constant(self.root, np.full(shape, bool(true)), "decided")
-            return _replace(graph, node, value)
+            return take_place(node, value)
         if op == "Where" and len(node.inputs) == 3:
             decided = _decided(node.inputs[0])
             if decided is None:
@@ -265,7 +266,7 @@ class _Ranges:
             shape = _shape(node.outputs[0])
             if shape is None or _shape(kept) != shape:
                 return False
-            return _replace(graph, node, kept)
+            return take_place(node, kept)
         if op == "Clip" and node.inputs:
             x = self.of(node.inputs[0])
             low = self.of(node.inputs[1]) if len(node.inputs) > 1 else None
@@ -275,19 +276,8 @@ class _Ranges:
             if len(node.inputs) > 2 and node.inputs[2] is not None and high is None:
                 return False
             if (low is None or low[1] <= x[0]) and (high is None or x[1] <= high[0]):
-                return _replace(graph, node, node.inputs[0])
+                return take_place(node, node.inputs[0])
         return False
-
-
-def _replace(graph: ir.Graph, node: ir.Node, kept: ir.Value) -> bool:
-    out = node.outputs[0]
-    if out.is_graph_output():
-        return False
-    if kept.shape is None:
-        kept.shape = out.shape
-    ir.convenience.replace_all_uses_with(out, kept)
-    graph.remove(node, safe=True)
-    return True
 
 
 def _decided(value: ir.Value | None) -> bool | None:

@@ -36,6 +36,7 @@ from jax2onnx.passes.fusion.match import (
     reduced_axes,
     scalar,
 )
+from jax2onnx.passes.identities import take_place
 from jax2onnx.values.ir import ir
 
 REDUCES = (
@@ -198,28 +199,11 @@ def broadcast(shapes: list[tuple[Any, ...]]) -> tuple[Any, ...] | None:
 def _stand_in(ctx: Any, gone: ir.Node, kept: ir.Value, *, same: bool = False) -> bool:
     """``kept`` takes the place of ``gone``'s one output; ``gone`` goes. ``same``: the
     rewrite itself keeps the shape, else the two shapes must be known and equal."""
-    out = gone.outputs[0]
-    if out.is_graph_output():
-        # the kept value takes the output's place and name when it is this graph's own
-        # value and not already an output (as EliminateIdentitiesPass does)
-        producer = kept.producer()
-        if producer is None or producer.graph is not ctx.graph or kept.is_graph_output():
-            return False
     if not same:
-        shape = static_or_symbolic(out)
+        shape = static_or_symbolic(gone.outputs[0])
         if shape is None or static_or_symbolic(kept) != shape:
             return False
-    if kept.shape is None:
-        kept.shape = out.shape
-    if kept.type is None:
-        kept.type = out.type
-    name = out.name
-    output = out.is_graph_output()
-    ir.convenience.replace_all_uses_with(out, kept, replace_graph_outputs=True)
-    ctx.graph.remove(gone, safe=True)
-    if output:
-        kept.name = name
-    return True
+    return take_place(gone, kept)
 
 
 def double_not(ctx: Any, outer: ir.Node) -> bool:
