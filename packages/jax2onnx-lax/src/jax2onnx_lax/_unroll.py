@@ -100,7 +100,7 @@ def _evaluate(closed: Any, eqns: list[Any], inputs: Sequence[Any], wanted: Seque
 
 def counted_while(cond: Any, body: Any, cond_consts, body_consts, carries) -> int | None:
     """The steps of a ``while`` whose steps do not depend on the data (see the module),
-    or None: a condition reading anything else, or more than ``STEPS`` steps."""
+    or None: a condition reading anything else, or more steps than could be written out."""
     if cond.out_avals[0].shape:  # a batched predicate (vmap of a while)
         return None
     n_cond, n_body, n = len(cond_consts), len(body_consts), len(carries)
@@ -129,7 +129,9 @@ def counted_while(cond: Any, body: Any, cond_consts, body_consts, carries) -> in
     if any(_extended(v.aval.dtype) for v in [*cond.jaxpr.invars, *body.jaxpr.invars]):
         return None  # key arrays are stored as their key data: not evaluated here
     wanted = [k in counters for k in range(n)]
-    for steps in range(STEPS + 1):
+    # steps beyond what could be written out are not evaluated (each is JAX work)
+    most = min(STEPS, EQUATIONS // max(1, equations(body.jaxpr)))
+    for steps in range(most + 1):
         (go,) = _evaluate(cond, cond_eqns, [*cond_inputs, *state], [True])
         if not bool(np.asarray(go)):
             return steps
