@@ -226,27 +226,6 @@ def neg(ctx, x, **_):
     return ctx.op.Neg(x)
 
 
-@family.lowering(
-    lax.mul_p,
-    values="complex",
-    cases=lambda: [
-        case(
-            "complex_mul",
-            lax.mul,
-            [("B", 3), ("B", 3)],
-            dtypes=_C2,
-            expect=["Split -> Mul -> Sub -> Concat:Bx3x2"],
-            counts={"Split": 2, "Mul": 4, "Concat": 1},
-        ),
-        case("complex_mul_vmap", jax.vmap(lax.mul), [(2, 3), (2, 3)], dtypes=_C2),
-    ],
-)
-@stored_rule
-def mul(x, y, **_):
-    """mul -> (ac - bd, ad + bc)."""
-    return join(*c_mul(*parts(x), *parts(y)))
-
-
 def _real_imag(z):
     return lax.real(z), lax.imag(z)
 
