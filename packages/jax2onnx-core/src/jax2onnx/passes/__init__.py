@@ -17,6 +17,9 @@ reads one element (``x[k]``) with one Gather (in Loop/If bodies too);
 :class:`FoldIndexRangesPass` decides index comparisons, Wheres and Clips from
 integer intervals (a loop counter bounded by its Loop's condition needs no
 wrap-around or bounds check);
+:class:`VectorizeLanesPass` turns a stack of scalar computations that share
+one expression tree (physics code written component by component) into that
+tree on vectors, bit for bit;
 :class:`FoldConstantsPass` computes, once at conversion time, the nodes
 whose inputs are all initializers (a bias reshaped for broadcasting,
 ``rsqrt(var + eps)`` of a normalisation) for the ops whose NumPy result is
@@ -43,6 +46,7 @@ from jax2onnx.passes.fusion import FusePatternsPass
 from jax2onnx.passes.gemm import FuseMatMulAddPass
 from jax2onnx.passes.identities import EliminateIdentitiesPass
 from jax2onnx.passes.indexing import FoldIndexingPass
+from jax2onnx.passes.lanes import VectorizeLanesPass
 from jax2onnx.passes.loops import HoistLoopInvariantsPass
 from jax2onnx.passes.precision import FoldCastsPass, WidenHalfPrecisionPass
 from jax2onnx.passes.ranges import FoldIndexRangesPass
@@ -64,6 +68,7 @@ __all__ = [
     "FusePatternsPass",
     "HoistLoopInvariantsPass",
     "MergeBodyDuplicatesPass",
+    "VectorizeLanesPass",
     "WidenHalfPrecisionPass",
     "optimize",
 ]
@@ -95,6 +100,9 @@ def optimize(
         common.CommonSubexpressionEliminationPass(),
         MergeBodyDuplicatesPass(),
         common.RemoveUnusedNodesPass(),
+        VectorizeLanesPass(),
+        common.RemoveUnusedNodesPass(),
+        common.CommonSubexpressionEliminationPass(),
         FusePatternsPass(normalization_mode),
         common.RemoveUnusedNodesPass(),
         FuseMatMulAddPass(),

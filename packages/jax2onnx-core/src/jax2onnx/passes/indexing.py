@@ -21,10 +21,9 @@ Both keep every value's numbers: they only move elements.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import numpy as np
 
+from jax2onnx.passes.bodies import nested_graphs
 from jax2onnx.passes.fusion.match import new_constant
 from jax2onnx.passes.identities import take_place
 from jax2onnx.values.ir import ir
@@ -38,23 +37,12 @@ class FoldIndexingPass(ir.passes.InPlacePass):
     def call(self, model: ir.Model) -> ir.passes.PassResult:
         modified = False
         indices: dict[int, ir.Value] = {}  # one initializer per scalar index, for CSE to merge
-        for graph in _graphs(model.graph):
+        for graph in [model.graph, *nested_graphs(model.graph)]:
             modified |= _cancel_pairs(graph)
             modified |= _merge_concats(graph, model.graph)
             modified |= _gather_elements_read(graph, model.graph, indices)
             modified |= _stacked_reads(graph)
         return ir.passes.PassResult(model, modified)
-
-
-def _graphs(graph: ir.Graph) -> Iterator[ir.Graph]:
-    yield graph
-    for node in list(graph):
-        for attr in node.attributes.values():
-            if attr.type == ir.AttributeType.GRAPH:
-                yield from _graphs(attr.value)
-            elif attr.type == ir.AttributeType.GRAPHS:
-                for sub in attr.value:
-                    yield from _graphs(sub)
 
 
 def _ints(value: ir.Value | None) -> list[int] | None:
