@@ -16,14 +16,17 @@ merges stacked constant slices of one tensor into a Slice or a Gather, and
 reads one element (``x[k]``) with one Gather (in Loop/If bodies too);
 :class:`FoldIndexRangesPass` decides index comparisons, Wheres and Clips from
 integer intervals (a loop counter bounded by its Loop's condition needs no
-wrap-around or bounds check);
+wrap-around or bounds check), drops integer Cast round trips the intervals
+allow (an ArgMax index cast to int32 and back) and merges layout-op chains,
+moving a Cast among them before them;
 :class:`VectorizeLanesPass` turns a stack of scalar computations that share
 one expression tree (physics code written component by component) into that
 tree on vectors, bit for bit;
 :class:`FoldConstantsPass` computes, once at conversion time, the nodes
 whose inputs are all initializers (a bias reshaped for broadcasting,
 ``rsqrt(var + eps)`` of a normalisation) for the ops whose NumPy result is
-bit-identical to ONNX Runtime's;
+bit-identical to ONNX Runtime's, and small products of constants (MatMul,
+Gemm, Einsum) in float64, rounded once;
 :class:`DeduplicateWeightsPass` merges equal initializers of any size;
 :class:`FusePatternsPass` finds what a person would write as one op in
 what the lowerings emitted op by op (a layer norm written in ``jnp`` becomes

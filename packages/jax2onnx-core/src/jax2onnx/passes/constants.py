@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from jax2onnx.values.dtypes import exact_cast
@@ -208,7 +210,79 @@ def _fold_integer_sum(node, data, axes=None):
     return np.sum(data, axis=axes, keepdims=keep, dtype=data.dtype)
 
 
+_WIDER = {  # the float type a contraction of constants is computed in, rounded once
+    np.dtype(np.float16): np.dtype(np.float64),
+    np.dtype(np.float32): np.dtype(np.float64),
+    np.dtype(np.float64): np.dtype(np.longdouble),
+}
+_OPERAND_LIMIT = 4096  # elements of each operand of a folded contraction
+_RESULT_LIMIT = 256  # elements of its result
+
+
+def _contraction(fn, *, integers: bool = True):
+    """A small product of constants (MatMul, Gemm, Einsum), computed at conversion.
+
+    Not bit-identical to ONNX Runtime, which sums in its own order and in the
+    operands' type: floats are computed in a wider type (float64 for float16
+    and float32) and rounded once, so the folded value is at least as accurate
+    as the runtime's, and within any tolerance of the dtype. Integers are
+    computed exactly (Python integers) and folded only when the result fits
+    the type, where the runtime's product is exact too. The result's shape must
+    be known and small, so a large product is never computed.
+    """
+
+    def fold(node, *arrays):
+        arrays = [a for a in arrays if a is not None]
+        if len({a.dtype for a in arrays}) != 1 or any(a.size > _OPERAND_LIMIT for a in arrays):
+            return None
+        shape = node.outputs[0].shape
+        if shape is None or not all(isinstance(d, int) for d in shape):
+            return None
+        if math.prod(shape) > _RESULT_LIMIT:
+            return None
+        dtype = arrays[0].dtype
+        if dtype in _WIDER:
+            with np.errstate(all="ignore"):
+                out = np.asarray(fn(node, *(a.astype(_WIDER[dtype]) for a in arrays)))
+            return out.astype(dtype)
+        if not integers or dtype.kind not in "iu" or dtype.itemsize < 4:
+            return None  # ONNX Runtime has no kernel for narrower integers
+        out = np.asarray(fn(node, *(a.astype(object) for a in arrays)))
+        info = np.iinfo(dtype)
+        if out.size and (min(out.flat) < info.min or max(out.flat) > info.max):
+            return None  # would wrap around: left to the runtime
+        return out.astype(dtype)
+
+    return fold
+
+
+def _matmul(node, a, b):
+    return np.matmul(a, b)
+
+
+def _gemm(node, a, b, c=None):
+    def attribute(name, default):
+        found = node.attributes.get(name)
+        return default if found is None else found.value
+
+    if attribute("transA", 0):
+        a = a.T
+    if attribute("transB", 0):
+        b = b.T
+    out = np.matmul(a, b) * a.dtype.type(attribute("alpha", 1.0))
+    if c is not None:
+        out = out + c * c.dtype.type(attribute("beta", 1.0))
+    return out
+
+
+def _einsum(node, *operands):
+    return np.einsum(node.attributes["equation"].as_string(), *operands)
+
+
 _FOLDERS = {
+    "MatMul": _contraction(_matmul),
+    "Gemm": _contraction(_gemm, integers=False),
+    "Einsum": _contraction(_einsum),
     "Slice": _fold_slice,
     "Concat": _fold_concat,
     "Expand": _fold_expand,
@@ -246,7 +320,7 @@ _FOLDERS = {
 }
 
 
-_OPTIONAL_INPUTS = frozenset({"Unsqueeze", "Squeeze", "Clip", "Slice", "ReduceSum"})
+_OPTIONAL_INPUTS = frozenset({"Unsqueeze", "Squeeze", "Clip", "Slice", "ReduceSum", "Gemm"})
 _SMALL = 256  # elements a folded result may have beyond its largest input (a Concat of scalars)
 
 
@@ -258,6 +332,10 @@ class FoldConstantsPass(ir.passes.InPlacePass):
     remainders, and only when the result is no larger than its largest input
     or than ``_SMALL`` elements, so folding never grows the model by more than
     bookkeeping (a broadcasting ``Add`` that would expand a constant stays).
+    One exception to the same bits: small products of constants (``MatMul``,
+    ``Gemm``, ``Einsum`` of a model's fixed matrices, as a physics engine's
+    kinematics of constant frames computes them) are computed more accurately
+    than the runtime would, see :func:`_contraction`.
     """
 
     def call(self, model: ir.Model) -> ir.passes.PassResult:

@@ -21,8 +21,14 @@ This pass computes an interval ``[low, high]`` for integer values, from:
   and ``Neg`` only when no value in the intervals can wrap around).
 
 Then a comparison whose answer the intervals decide becomes a constant, a
-``Where`` on a decided condition becomes the chosen operand, and a ``Clip``
-that cannot change its input goes. The passes that follow fold what is left
+``Where`` on a decided condition becomes the chosen operand, a ``Clip``
+that cannot change its input goes, and so does an integer Cast round trip
+``Cast(Cast(x, T), type of x)`` when ``T`` holds every value of ``x``'s
+interval (an int64 index cast to int32 and back: an ``ArgMax`` over a short
+axis; a widening such as int32 -> int64 -> int32 always). Chains of
+Squeeze, Unsqueeze and Reshape become one op or none, a Cast among them
+moving before them (it works element by element), where it meets the Cast
+it undoes. The passes that follow fold what is left
 (``And`` with a constant true, unused nodes). Only shapes known at
 conversion are used; a value whose shape is unknown keeps its node.
 """
@@ -35,7 +41,7 @@ from typing import Any
 import numpy as np
 
 from jax2onnx.passes.fusion.canonical import broadcast, static_or_symbolic
-from jax2onnx.passes.fusion.match import constant, new_constant
+from jax2onnx.passes.fusion.match import constant, new_constant, producer
 from jax2onnx.passes.identities import take_place
 from jax2onnx.values.ir import ir
 
@@ -253,7 +259,7 @@ class _Ranges:
             true, false = _COMPARE[op](a, b)
             if not (true or false) or self.root is None:
                 return False
-            shape = _shape(node.outputs[0])
+            shape = shape_of(node.outputs[0])
             if shape is None or not all(isinstance(d, int) for d in shape):
                 return False
             value = new_constant(self.root, np.full(shape, bool(true)), "decided")
@@ -263,10 +269,17 @@ class _Ranges:
             if decided is None:
                 return False
             kept = node.inputs[1] if decided else node.inputs[2]
-            shape = _shape(node.outputs[0])
-            if shape is None or _shape(kept) != shape:
+            shape = shape_of(node.outputs[0])
+            if shape is None or shape_of(kept) != shape:
                 return False
             return take_place(node, kept)
+        if op == "Cast" and node.inputs:
+            uses = node.outputs[0].uses()
+            if len(uses) == 1 and uses[0].node.op_type in _LAYOUT and uses[0].idx == 0:
+                return False  # the layout op takes it along first (_commute)
+            return self._round_trip(node)
+        if op in _LAYOUT and node.inputs:
+            return self._commute(graph, node)
         if op == "Clip" and node.inputs:
             x = self.of(node.inputs[0])
             low = self.of(node.inputs[1]) if len(node.inputs) > 1 else None
@@ -278,6 +291,150 @@ class _Ranges:
             if (low is None or low[1] <= x[0]) and (high is None or x[1] <= high[0]):
                 return take_place(node, node.inputs[0])
         return False
+
+    def _round_trip(self, back: ir.Node) -> bool:
+        """``Cast(L(Cast(x, T)), type of x)`` is ``L(x)`` when ``T`` holds ``x``'s interval
+        (integers and booleans; a float round trip rounds), ``L`` a chain, maybe empty,
+        of layout ops read by the chain alone: they move integers of either type."""
+        chain, value = [], back.inputs[0]
+        while (layout := producer(value, *_LAYOUT)) is not None and len(chain) < _CHAIN:
+            if len(value.uses()) != 1 or value.is_graph_output() or layout.inputs[0] is None:
+                return False
+            chain.append(layout)
+            value = layout.inputs[0]
+        there = producer(value, "Cast")
+        if there is None or there.inputs[0] is None:
+            return False
+        x = there.inputs[0]
+        kind = _bounds(x)
+        if kind is None or _dtype(x) != _dtype(back.outputs[0]):
+            return False
+        middle = _bounds(there.outputs[0])
+        held = self.of(x) or kind
+        if middle is None or not middle[0] <= held[0] <= held[1] <= middle[1]:
+            return False
+        if not chain:
+            return take_place(back, x)
+        if back.outputs[0].is_graph_output() and chain[0].graph is not back.graph:
+            return False
+        if x.shape is None:  # a Cast keeps the shape: the layout ops that follow read it
+            x.shape = there.outputs[0].shape
+        if x.dtype is None:
+            x.dtype = _dtype(x)
+        chain[-1].replace_input_with(0, x)
+        for layout in chain:
+            layout.outputs[0].dtype = _dtype(x)
+        return take_place(back, chain[0].outputs[0])
+
+    def _commute(self, graph: ir.Graph, anchor: ir.Node) -> bool:
+        """Layout ops in a row become one, a Cast among them moving before them (see
+        :func:`_layout_chain`), where it may meet a Cast it undoes
+        (``Squeeze(Cast(Unsqueeze(Cast(i, int32)), int64))``: an int64 index
+        narrowed, moved one axis up, and widened back)."""
+        moved = _layout_chain(graph, anchor, self.root)
+        if moved is None:
+            cast = producer(anchor.inputs[0], "Cast")
+            if cast is None or cast.graph is not graph or not self._round_trip(cast):
+                return False
+            self._propagate(anchor)  # the anchor stays: its interval as the walk sets it
+            return True
+        cast, layout, source = moved
+        if cast is not None:  # new nodes: the walk has passed, their intervals are set here
+            self._set(cast.outputs[0], self.of(source))
+        if layout is not None:
+            self._set(layout.outputs[0], self.of(source))
+        if cast is not None:
+            self._round_trip(cast)
+        return True
+
+
+_LAYOUT = ("Squeeze", "Unsqueeze", "Reshape")  # keep the elements in their order
+_CHAIN = 8  # layout ops walked up from a Cast
+
+
+def _layout_chain(graph: ir.Graph, anchor: ir.Node, root: ir.Graph | None) -> Any:
+    """``L2(Cast(L1(s)))`` -> ``L(Cast(s))`` and ``L2(L1(s))`` -> ``L(s)``, with ``L1``
+    and ``L2`` chains of Squeeze, Unsqueeze and Reshape and ``L`` one of them, or none
+    when the result has the shape of ``s``. Those ops keep the elements in row-major
+    order, so a chain is one reshape, and a Cast, element by element, commutes with
+    it. Fires only when nodes go: the Cast is read by ``L2`` alone, and a new ``L``
+    needs ``L1``'s nodes read by the chain alone. The answer: the moved Cast (or
+    None), the new ``L`` (or None) and ``s``; None when nothing changed."""
+    cast = producer(anchor.inputs[0], "Cast")
+    if cast is not None:
+        if cast.graph is not graph or len(cast.outputs[0].uses()) != 1:
+            return None
+        if cast.outputs[0].is_graph_output():
+            return None
+    target = shape_of(anchor.outputs[0])
+    if target is None:
+        return None
+    same, alone, single = None, None, True
+    value = cast.inputs[0] if cast is not None else anchor.inputs[0]
+    for _ in range(_CHAIN):
+        layout = producer(value, *_LAYOUT)
+        if layout is None or layout.inputs[0] is None:
+            break
+        single = single and len(value.uses()) == 1 and not value.is_graph_output()
+        value = layout.inputs[0]
+        shape = shape_of(value)
+        if shape == target:
+            same = value  # the furthest: the most nodes may go
+        elif single and shape is not None:
+            alone = (value, shape)
+    if same is not None:
+        return _commute(anchor, cast, same, None)
+    step = _reshaping(root, alone[1], target) if alone is not None and root is not None else None
+    return None if step is None else _commute(anchor, cast, alone[0], step)
+
+
+def _commute(anchor, cast, source, step) -> Any:
+    """``cast`` (when there is one) reads ``source``; ``step`` (a layout op's type and
+    second input, or None) reads the Cast or ``source``; it takes ``anchor``'s place."""
+    graph, out = anchor.graph, anchor.outputs[0]
+    head = cast.outputs[0] if cast is not None else source
+    layout = None
+    if step is not None:
+        layout = ir.Node("", step[0], [head, step[1]], num_outputs=1)
+        layout.outputs[0].dtype = out.dtype
+        layout.outputs[0].shape = out.shape
+        layout.metadata_props.update(anchor.metadata_props)
+    kept = head if layout is None else layout.outputs[0]
+    if out.is_graph_output():
+        made = kept.producer()
+        if made is None or made.graph is not graph or kept.is_graph_output():
+            return None  # as take_place would refuse: checked before anything changes
+    if cast is not None:
+        cast.replace_input_with(0, source)
+        shape = source.shape  # a rank-0 Shape is falsy: tested against None
+        if shape is None and layout is None:
+            shape = out.shape
+        cast.outputs[0].shape = shape
+    if layout is not None:
+        graph.insert_before(anchor, layout)
+    take_place(anchor, kept)
+    return cast, layout, source
+
+
+def _reshaping(root: ir.Graph, source: tuple, target: tuple) -> tuple[str, ir.Value] | None:
+    """The one layout op (type and second input) from shape ``source`` to ``target``: an
+    Unsqueeze or a Squeeze when only axes of size 1 differ, else a static Reshape."""
+    longer, shorter = (target, source) if len(target) > len(source) else (source, target)
+    axes, j = [], 0
+    for i, dim in enumerate(longer):
+        if j < len(shorter) and dim == shorter[j]:
+            j += 1
+        elif dim == 1:
+            axes.append(i)
+        else:
+            break
+    else:
+        if j == len(shorter) and axes:
+            op_type = "Unsqueeze" if longer is target else "Squeeze"
+            return op_type, new_constant(root, np.array(axes, np.int64), "axes")
+    if not all(isinstance(d, int) for d in target):
+        return None
+    return "Reshape", new_constant(root, np.array(target, np.int64), "shape")
 
 
 def _decided(value: ir.Value | None) -> bool | None:
@@ -292,7 +449,7 @@ def _decided(value: ir.Value | None) -> bool | None:
     return False if not array.any() else None
 
 
-def _shape(value: ir.Value | None, depth: int = 0) -> tuple[Any, ...] | None:
+def shape_of(value: ir.Value | None, depth: int = 0) -> tuple[Any, ...] | None:
     """The value's shape (ints and symbolic names), from its producer when not recorded."""
     if value is None:
         return None
@@ -305,12 +462,12 @@ def _shape(value: ir.Value | None, depth: int = 0) -> tuple[Any, ...] | None:
     if node is None or node.domain not in _ONNX or depth > 8 or len(node.outputs) != 1:
         return None
     if node.op_type in _UNARY_SHAPE:
-        return _shape(node.inputs[0], depth + 1)
+        return shape_of(node.inputs[0], depth + 1)
     if node.op_type in _BINARY_SHAPE:
-        shapes = [_shape(v, depth + 1) for v in node.inputs]
+        shapes = [shape_of(v, depth + 1) for v in node.inputs]
         return None if any(s is None for s in shapes) else broadcast(shapes)
     if node.op_type == "Transpose":
-        source = _shape(node.inputs[0], depth + 1)
+        source = shape_of(node.inputs[0], depth + 1)
         perm = node.attributes.get("perm")
         if source is None:
             return None
@@ -322,14 +479,14 @@ def _shape(value: ir.Value | None, depth: int = 0) -> tuple[Any, ...] | None:
             return None  # 0 (copy) and -1 (infer) need the input's shape: left unknown
         return tuple(int(d) for d in target)
     if node.op_type == "Gather" and len(node.inputs) == 2:
-        data, index = _shape(node.inputs[0], depth + 1), _shape(node.inputs[1], depth + 1)
+        data, index = shape_of(node.inputs[0], depth + 1), shape_of(node.inputs[1], depth + 1)
         if data is None or index is None or not data:
             return None
         attribute = node.attributes.get("axis")
         axis = (attribute.as_int() if attribute is not None else 0) % len(data)
         return (*data[:axis], *index, *data[axis + 1 :])
     if node.op_type in ("Unsqueeze", "Squeeze") and len(node.inputs) == 2:
-        source, axes = _shape(node.inputs[0], depth + 1), constant(node.inputs[1])
+        source, axes = shape_of(node.inputs[0], depth + 1), constant(node.inputs[1])
         if source is None or axes is None:
             return None
         if node.op_type == "Squeeze":
@@ -389,7 +546,7 @@ def _limit(op: str, flipped: bool, c: int, dtype: Interval | None) -> Interval |
 
 
 def _arg_range(node: ir.Node) -> Interval | None:
-    shape = _shape(node.inputs[0]) if node.inputs else None
+    shape = shape_of(node.inputs[0]) if node.inputs else None
     if shape is None:
         return None
     attribute = node.attributes.get("axis")

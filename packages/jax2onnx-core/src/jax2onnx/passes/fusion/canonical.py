@@ -17,7 +17,12 @@
   ``Mean``/``Prod`` over axes of size 1 is its input, squeezed without
   ``keepdims``; ``Cast(Cast(b, T), bool)`` of a bool ``b`` is ``b``;
   ``And(x, True)`` and ``Or(x, False)`` are ``x`` (a constant flag of a
-  solver's options, a batch of one).
+  solver's options, a batch of one);
+* arithmetic identities, as XLA's algebraic simplifier applies them (so the
+  numbers keep matching ``jax.jit``): ``x + 0``, ``0 + x``, ``x - 0``,
+  ``x * 1``, ``1 * x`` and ``x / 1`` are ``x`` when the constant neither
+  broadcasts ``x`` to a larger shape nor changes its type (a solver's zero
+  initial residual, a unit step size, a mass matrix of ones).
 """
 
 from __future__ import annotations
@@ -269,7 +274,42 @@ def constant_logic(ctx: Any, op: ir.Node) -> bool:
     return False
 
 
+# the constant operand that leaves the other one as it is, and where it may stand
+_NEUTRAL = {"Add": (0, (0, 1)), "Sub": (0, (1,)), "Mul": (1, (0, 1)), "Div": (1, (1,))}
+
+
+def arithmetic_identity(ctx: Any, op: ir.Node) -> bool:
+    """``x + 0``, ``0 + x``, ``x - 0``, ``x * 1``, ``1 * x``, ``x / 1`` are ``x``.
+
+    Exact for integers and for floats but one case: ``-0.0 + 0.0`` is ``+0.0``,
+    so adding ``+0.0`` (or subtracting ``-0.0``) turns ``-0.0`` into ``+0.0`` and
+    the rewrite keeps the ``-0.0``. XLA does the same, so the converted model keeps matching
+    ``jax.jit``. ``x * 0`` is no identity (``inf * 0`` is NaN), nor ``0 - x``.
+    Every element of the constant must be the neutral one, and ``x`` must already
+    have the output's shape (known), so the op neither broadcasts nor casts.
+    """
+    neutral, positions = _NEUTRAL[op.op_type]
+    if len(op.inputs) != 2:
+        return False
+    for k in positions:
+        found = constant(op.inputs[k])
+        if found is None or found.size == 0 or found.dtype.kind not in "fiu":
+            continue
+        if not np.all(found == neutral):
+            continue
+        x, out = op.inputs[1 - k], op.outputs[0]
+        if x is None or x.dtype is None or x.dtype != op.inputs[k].dtype:
+            continue
+        if out.dtype is not None and out.dtype != x.dtype:
+            continue
+        shape = static_or_symbolic(out)
+        if shape is not None and static_or_symbolic(x) == shape:
+            return _stand_in(ctx, op, x, same=True)
+    return False
+
+
 REWRITES = (
+    (tuple(_NEUTRAL), arithmetic_identity),
     (("And", "Or"), constant_logic),
     (("Not",), double_not),
     (("Squeeze",), squeeze_of_unsqueeze),
