@@ -276,3 +276,58 @@ def test_a_large_product_of_constants_stays():
     )
     folded = _rewritten(proto, FoldConstantsPass())
     assert "MatMul" in _ops(folded.graph)
+
+
+def _body_ops(model: onnx.ModelProto) -> list[str]:
+    loop = next(n for n in model.graph.node if n.op_type == "Loop")
+    return _ops(next(a.g for a in loop.attribute if a.name == "body"))
+
+
+def test_a_scatter_into_a_row_a_bounded_counter_names_writes_the_row_itself():
+    """A Runge-Kutta stage loop stores stage ``i`` in row ``i`` of a buffer: the counter is
+    bounded by the loop, so the pad row for out-of-bounds writes (and its Slice) goes."""
+
+    def stages(y):
+        def body(carry):
+            i, k = carry
+            return i + 1, k.at[i].set(jnp.sin(y * (i + 1.0)))
+
+        return jax.lax.while_loop(lambda c: c[0] < 7, body, (0, jnp.zeros((7, 3))))[1]
+
+    y = np.array([0.5, -0.0, 2.0], np.float32)
+    model = to_onnx(stages, [y])
+    onnx.checker.check_model(model, full_check=True)
+    ops = _body_ops(model)
+    assert ops.count("ScatterND") == 1 and "Concat" not in ops and "Slice" not in ops, ops
+    (got,) = _run(model, {"in_0": y})
+    np.testing.assert_allclose(got, np.asarray(jax.jit(stages)(y)), rtol=1e-6, atol=1e-7)
+
+
+def test_an_unbounded_scatter_keeps_its_pad_row():
+    def writes(y, start):  # the row index comes from the input: it may be out of bounds
+        body = lambda i, k: k.at[start + i].set(y * i)
+        return jax.lax.fori_loop(0, 3, body, jnp.zeros((4, 3)))
+
+    y = np.array([0.5, -1.0, 2.0], np.float32)
+    model = to_onnx(writes, [y, np.array(0, np.int32)])
+    assert "Concat" in _body_ops(model)
+    for start in (0, 2, 5, -7):
+        (got,) = _run(model, {"in_0": y, "in_1": np.array(start, np.int32)})
+        np.testing.assert_array_equal(got, np.asarray(jax.jit(writes)(y, np.int32(start))))
+
+
+def test_constants_fold_inside_loop_bodies_and_after_decided_comparisons():
+    def fn(x):
+        def body(i, c):
+            flag = jnp.logical_and(i >= 0, jnp.array([True, True]))  # decided: always true
+            scale = jnp.array([2.0, 3.0]) * jnp.array([0.5, 1.0 / 3.0])  # constants only
+            return jnp.where(flag, c * scale, -c)
+
+        return jax.lax.fori_loop(0, x.shape[0] + 3, body, x)
+
+    x = np.array([0.25, -4.0], np.float32)
+    model = to_onnx(fn, [x])
+    ops = _body_ops(model) if any(n.op_type == "Loop" for n in model.graph.node) else []
+    assert "And" not in ops and "Where" not in ops and "GreaterOrEqual" not in ops, ops
+    (got,) = _run(model, {"in_0": x})
+    np.testing.assert_allclose(got, np.asarray(jax.jit(fn)(x)), rtol=1e-6)

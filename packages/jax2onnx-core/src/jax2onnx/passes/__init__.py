@@ -99,6 +99,7 @@ def optimize(
         FoldReshapesPass(),
         FoldIndexingPass(),
         FoldIndexRangesPass(),
+        FoldConstantsPass(),  # what the decided comparisons left: And/Where of constants
         common.RemoveUnusedNodesPass(),
         common.CommonSubexpressionEliminationPass(),
         MergeBodyDuplicatesPass(),

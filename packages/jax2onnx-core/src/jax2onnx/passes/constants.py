@@ -6,6 +6,7 @@ import math
 
 import numpy as np
 
+from jax2onnx.passes.bodies import nested_graphs
 from jax2onnx.values.dtypes import exact_cast
 from jax2onnx.values.ir import ir
 
@@ -339,7 +340,15 @@ class FoldConstantsPass(ir.passes.InPlacePass):
     """
 
     def call(self, model: ir.Model) -> ir.passes.PassResult:
-        graph = model.graph
+        modified = False
+        for graph in [model.graph, *nested_graphs(model.graph)]:
+            modified |= self._fold(graph, model.graph)
+        return ir.passes.PassResult(model, modified)
+
+    @staticmethod
+    def _fold(graph: ir.Graph, root: ir.Graph) -> bool:
+        """Fold ``graph``'s nodes; results become initializers of ``root`` (a Loop or If
+        body reads them from the enclosing scope, as it reads the initializers it folds)."""
         outputs = {id(v) for v in graph.outputs}
         modified = False
         for node in list(graph):
@@ -367,6 +376,6 @@ class FoldConstantsPass(ir.passes.InPlacePass):
             )
             ir.convenience.replace_all_uses_with(old, new)
             graph.remove(node, safe=True)
-            graph.register_initializer(new)
+            root.register_initializer(new)
             modified = True
-        return ir.passes.PassResult(model, modified)
+        return modified

@@ -40,7 +40,7 @@ from typing import Any
 
 import numpy as np
 
-from jax2onnx.passes.fusion.canonical import broadcast, static_or_symbolic
+from jax2onnx.passes.fusion.canonical import shape_of
 from jax2onnx.passes.fusion.match import constant, new_constant, producer
 from jax2onnx.passes.identities import take_place
 from jax2onnx.values.ir import ir
@@ -50,15 +50,6 @@ _ONNX = ("", "ai.onnx")
 _SAME = frozenset(
     {"Identity", "Unsqueeze", "Squeeze", "Reshape", "Flatten", "Expand", "Transpose", "Slice"}
     | {"Gather", "GatherElements", "GatherND", "Tile", "ReduceMax", "ReduceMin"}
-)
-_UNARY_SHAPE = frozenset(
-    {"Cast", "Not", "Neg", "Abs", "Identity", "Clip", "IsNaN", "IsInf", "Sign", "Reciprocal"}
-    | {"Sqrt", "Exp", "Log", "Tanh", "Sigmoid", "Relu", "Floor", "Ceil", "Round", "Sin", "Cos"}
-    | {"Erf", "Softplus"}
-)
-_BINARY_SHAPE = frozenset(
-    {"Add", "Sub", "Mul", "Div", "And", "Or", "Xor", "Equal", "Less", "LessOrEqual"}
-    | {"Greater", "GreaterOrEqual", "Max", "Min", "Where"}
 )
 _COMPARE = {
     "Less": lambda a, b: (a[1] < b[0], a[0] >= b[1]),
@@ -192,6 +183,8 @@ class _Ranges:
                 self._set(value, interval)
             self.visit(body, fold=False)
             limits = _condition_limits(body, carried, self)
+            if trips is not None:
+                _count_limits(body, carried, starts, high, limits)
             following = []
             for k in range(carried):
                 out = self.of(body.outputs[1 + k])
@@ -273,6 +266,15 @@ class _Ranges:
             if shape is None or shape_of(kept) != shape:
                 return False
             return take_place(node, kept)
+        if op in ("And", "Or", "Not") and node.inputs and self.root is not None:
+            flags = [_decided(v) for v in node.inputs]
+            shape = shape_of(node.outputs[0])
+            if None in flags or shape is None or not all(isinstance(d, int) for d in shape):
+                return False
+            answer = all(flags) if op == "And" else any(flags) if op == "Or" else not flags[0]
+            return take_place(node, new_constant(self.root, np.full(shape, answer), "decided"))
+        if op == "Slice" and len(node.inputs) >= 3:
+            return self._unpadded_scatter(node)
         if op == "Cast" and node.inputs:
             uses = node.outputs[0].uses()
             if len(uses) == 1 and uses[0].node.op_type in _LAYOUT and uses[0].idx == 0:
@@ -291,6 +293,37 @@ class _Ranges:
             if (low is None or low[1] <= x[0]) and (high is None or x[1] <= high[0]):
                 return take_place(node, node.inputs[0])
         return False
+
+    def _unpadded_scatter(self, cut: ir.Node) -> bool:
+        """``Slice(ScatterND(Concat(x, pad), i, u), 0, n)`` along axis 0, ``n`` the rows of
+        ``x``, is ``ScatterND(x, i, u)`` when every index is in ``[0, n)``: the lowerings pad
+        a scatter so that an index out of bounds writes to a row that is cut off again."""
+        scatter = producer(cut.inputs[0], "ScatterND")
+        if scatter is None or len(scatter.inputs) != 3 or None in scatter.inputs:
+            return False
+        reduction = scatter.attributes.get("reduction")
+        if reduction is not None and reduction.as_string() != "none":
+            return False
+        concat = producer(scatter.inputs[0], "Concat")
+        x = concat.inputs[0] if concat is not None and concat.inputs else None
+        dims = shape_of(x) if x is not None else None
+        if not dims or not isinstance(dims[0], int) or concat.attributes.get_int("axis", 0) != 0:
+            return False
+        bounds = [constant(v) if v is not None else None for v in cut.inputs[1:]]
+        want = ([0], [dims[0]], [0], [1])
+        if any(b is None or list(b.reshape(-1)) != w for b, w in zip(bounds, want, strict=False)):
+            return False
+        index = self.of(scatter.inputs[1])
+        if index is None or index[0] < 0 or index[1] >= dims[0]:
+            return False
+        if len(scatter.outputs[0].uses()) != 1 or scatter.outputs[0].is_graph_output():
+            return False
+        attributes = [scatter.attributes[k] for k in scatter.attributes]
+        rows = ir.Node("", "ScatterND", [x, *scatter.inputs[1:]], attributes, num_outputs=1)
+        rows.outputs[0].shape, rows.outputs[0].type = x.shape, x.type
+        rows.metadata_props.update(scatter.metadata_props)
+        cut.graph.insert_before(cut, rows)
+        return take_place(cut, rows.outputs[0])
 
     def _round_trip(self, back: ir.Node) -> bool:
         """``Cast(L(Cast(x, T)), type of x)`` is ``L(x)`` when ``T`` holds ``x``'s interval
@@ -449,57 +482,6 @@ def _decided(value: ir.Value | None) -> bool | None:
     return False if not array.any() else None
 
 
-def shape_of(value: ir.Value | None, depth: int = 0) -> tuple[Any, ...] | None:
-    """The value's shape (ints and symbolic names), from its producer when not recorded."""
-    if value is None:
-        return None
-    if value.shape is not None:
-        return static_or_symbolic(value)
-    array = constant(value)
-    if array is not None:
-        return tuple(array.shape)
-    node = value.producer()
-    if node is None or node.domain not in _ONNX or depth > 8 or len(node.outputs) != 1:
-        return None
-    if node.op_type in _UNARY_SHAPE:
-        return shape_of(node.inputs[0], depth + 1)
-    if node.op_type in _BINARY_SHAPE:
-        shapes = [shape_of(v, depth + 1) for v in node.inputs]
-        return None if any(s is None for s in shapes) else broadcast(shapes)
-    if node.op_type == "Transpose":
-        source = shape_of(node.inputs[0], depth + 1)
-        perm = node.attributes.get("perm")
-        if source is None:
-            return None
-        order = list(perm.as_ints()) if perm is not None else list(range(len(source)))[::-1]
-        return tuple(source[p] for p in order)
-    if node.op_type == "Reshape" and len(node.inputs) == 2:
-        target = constant(node.inputs[1])
-        if target is None or np.any(target <= 0):
-            return None  # 0 (copy) and -1 (infer) need the input's shape: left unknown
-        return tuple(int(d) for d in target)
-    if node.op_type == "Gather" and len(node.inputs) == 2:
-        data, index = shape_of(node.inputs[0], depth + 1), shape_of(node.inputs[1], depth + 1)
-        if data is None or index is None or not data:
-            return None
-        attribute = node.attributes.get("axis")
-        axis = (attribute.as_int() if attribute is not None else 0) % len(data)
-        return (*data[:axis], *index, *data[axis + 1 :])
-    if node.op_type in ("Unsqueeze", "Squeeze") and len(node.inputs) == 2:
-        source, axes = shape_of(node.inputs[0], depth + 1), constant(node.inputs[1])
-        if source is None or axes is None:
-            return None
-        if node.op_type == "Squeeze":
-            drop = {int(a) % len(source) for a in axes.reshape(-1)} if source else set()
-            return tuple(d for i, d in enumerate(source) if i not in drop)
-        dims = list(source)
-        rank = len(source) + axes.size
-        for axis in sorted(int(a) % rank for a in axes.reshape(-1)):
-            dims.insert(axis, 1)
-        return tuple(dims)
-    return None
-
-
 def _condition_limits(body: ir.Graph, carried: int, ranges: _Ranges) -> dict[int, Interval]:
     """Bounds the body's condition puts on the carries it returns (a conjunction of tests
     of a returned carry against a constant): the next step runs only where they hold."""
@@ -553,6 +535,27 @@ def _arg_range(node: ir.Node) -> Interval | None:
     axis = attribute.as_int() if attribute is not None else 0
     size = shape[axis % len(shape)] if len(shape) else None
     return (0, size - 1) if isinstance(size, int) and size > 0 else None
+
+
+def _count_limits(body: ir.Graph, carried: int, starts: list, high: int, limits: dict) -> None:
+    """A carry the body steps by a constant (``c + d``, ``c - d``: a ``fori_loop``'s counter
+    carried next to the Loop's own) stays within ``start + d * [0, trips - 1]``."""
+    for k in range(carried):
+        step = producer(body.outputs[1 + k], "Add", "Sub")
+        if step is None or starts[k] is None or len(step.inputs) != 2:
+            continue
+        mine = body.inputs[2 + k]
+        others = [v for v in step.inputs if v is not mine]
+        d = constant(others[0]) if len(others) == 1 else None
+        if d is None or d.size != 1 or d.dtype.kind not in "iu":
+            continue
+        if step.op_type == "Sub" and step.inputs[0] is not mine:
+            continue
+        d = int(d.reshape(-1)[0]) * (-1 if step.op_type == "Sub" else 1)
+        span = (min(0, d * high), max(0, d * high))
+        bound, kind = (starts[k][0] + span[0], starts[k][1] + span[1]), _bounds(mine)
+        if kind is not None and kind[0] <= bound[0] and bound[1] <= kind[1]:
+            limits[k] = _meet(limits.get(k), bound)
 
 
 def _widened(current, following, start, limit, dtype) -> Interval | None:

@@ -164,14 +164,7 @@ def constant_where(ctx: Any, where: ir.Node) -> bool:
         kept = where.inputs[2]
     else:
         return False
-    out = where.outputs[0]
-    if static_or_symbolic(kept) is None or static_or_symbolic(kept) != static_or_symbolic(out):
-        return False
-    if out.is_graph_output():
-        return False
-    ir.convenience.replace_all_uses_with(out, kept)
-    ctx.graph.remove(where, safe=True)
-    return True
+    return _stand_in(ctx, where, kept)
 
 
 def static_or_symbolic(value: ir.Value | None) -> tuple[Any, ...] | None:
@@ -201,12 +194,74 @@ def broadcast(shapes: list[tuple[Any, ...]]) -> tuple[Any, ...] | None:
     return tuple(out)
 
 
+_UNARY_SHAPE = frozenset(
+    {"Cast", "Not", "Neg", "Abs", "Identity", "Clip", "IsNaN", "IsInf", "Sign", "Reciprocal"}
+    | {"Sqrt", "Exp", "Log", "Tanh", "Sigmoid", "Relu", "Floor", "Ceil", "Round", "Sin", "Cos"}
+    | {"Erf", "Softplus"}
+)
+_BINARY_SHAPE = frozenset(
+    {"Add", "Sub", "Mul", "Div", "And", "Or", "Xor", "Equal", "Less", "LessOrEqual"}
+    | {"Greater", "GreaterOrEqual", "Max", "Min", "Where"}
+)
+
+
+def shape_of(value: ir.Value | None, depth: int = 0) -> tuple[Any, ...] | None:
+    """The value's shape (ints and symbolic names), from its producer when not recorded."""
+    if value is None:
+        return None
+    if value.shape is not None:
+        return static_or_symbolic(value)
+    array = constant(value)
+    if array is not None:
+        return tuple(array.shape)
+    node = value.producer()
+    if node is None or node.domain not in ("", "ai.onnx") or depth > 8 or len(node.outputs) != 1:
+        return None
+    if node.op_type in _UNARY_SHAPE:
+        return shape_of(node.inputs[0], depth + 1)
+    if node.op_type in _BINARY_SHAPE:
+        shapes = [shape_of(v, depth + 1) for v in node.inputs]
+        return None if any(s is None for s in shapes) else broadcast(shapes)
+    if node.op_type == "Transpose":
+        source = shape_of(node.inputs[0], depth + 1)
+        perm = node.attributes.get("perm")
+        if source is None:
+            return None
+        order = list(perm.as_ints()) if perm is not None else list(range(len(source)))[::-1]
+        return tuple(source[p] for p in order)
+    if node.op_type == "Reshape" and len(node.inputs) == 2:
+        target = constant(node.inputs[1])
+        if target is None or np.any(target <= 0):
+            return None  # 0 (copy) and -1 (infer) need the input's shape: left unknown
+        return tuple(int(d) for d in target)
+    if node.op_type == "Gather" and len(node.inputs) == 2:
+        data, index = shape_of(node.inputs[0], depth + 1), shape_of(node.inputs[1], depth + 1)
+        if data is None or index is None or not data:
+            return None
+        attribute = node.attributes.get("axis")
+        axis = (attribute.as_int() if attribute is not None else 0) % len(data)
+        return (*data[:axis], *index, *data[axis + 1 :])
+    if node.op_type in ("Unsqueeze", "Squeeze") and len(node.inputs) == 2:
+        source, axes = shape_of(node.inputs[0], depth + 1), constant(node.inputs[1])
+        if source is None or axes is None:
+            return None
+        if node.op_type == "Squeeze":
+            drop = {int(a) % len(source) for a in axes.reshape(-1)} if source else set()
+            return tuple(d for i, d in enumerate(source) if i not in drop)
+        dims = list(source)
+        rank = len(source) + axes.size
+        for axis in sorted(int(a) % rank for a in axes.reshape(-1)):
+            dims.insert(axis, 1)
+        return tuple(dims)
+    return None
+
+
 def _stand_in(ctx: Any, gone: ir.Node, kept: ir.Value, *, same: bool = False) -> bool:
     """``kept`` takes the place of ``gone``'s one output; ``gone`` goes. ``same``: the
     rewrite itself keeps the shape, else the two shapes must be known and equal."""
     if not same:
-        shape = static_or_symbolic(gone.outputs[0])
-        if shape is None or static_or_symbolic(kept) != shape:
+        shape = shape_of(gone.outputs[0])
+        if shape is None or shape_of(kept) != shape:
             return False
     return take_place(gone, kept)
 
