@@ -16,7 +16,8 @@ merges stacked constant slices of one tensor into a Slice or a Gather, and
 reads one element (``x[k]``) with one Gather (in Loop/If bodies too);
 :class:`FoldIndexRangesPass` decides index comparisons, Wheres and Clips from
 integer intervals (a loop counter bounded by its Loop's condition needs no
-wrap-around or bounds check), drops integer Cast round trips the intervals
+wrap-around or bounds check; a scatter's pad row for out-of-bounds writes
+goes when its indices are in range), drops integer Cast round trips the intervals
 allow (an ArgMax index cast to int32 and back) and merges layout-op chains,
 moving a Cast among them before them;
 :class:`VectorizeLanesPass` turns a stack of scalar computations that share
