@@ -365,6 +365,13 @@ def test_constant_folding_gives_the_runtimes_bits_for_every_folded_op():
     _folded_against_runtime("ScatterND", [x, I64(2, 0).reshape(2, 1), x[:2] * 10])
     _folded_against_runtime("ReduceSum", [n, I64(1)], keepdims=0)
     _folded_against_runtime("ReduceSum", [n, None])
+    _folded_against_runtime("ReduceSum", [x[:1], I64(0)], keepdims=0)  # one term: exact
+    _folded_against_runtime("ReduceSum", [np.zeros((2, 0), np.float32), I64(1)], keepdims=0)
+    _folded_against_runtime("ScatterND", [n, I64(1, 0).reshape(2, 1), n * 3], reduction="add")
+    _folded_against_runtime("ScatterND", [x, I64(2).reshape(1, 1), x[:1]], reduction="max")
+    _folded_against_runtime("Pad", [x, I64(1, 0, 0, 2), np.float32(-1.5)])
+    _folded_against_runtime("Pad", [n, I64(0, 1, 1, 0), None, I64(1, 0)])
+    _folded_against_runtime("Pow", [x, np.float32(2.0)])
 
 
 def test_folding_leaves_what_the_runtime_decides_to_the_runtime():
@@ -379,6 +386,8 @@ def test_folding_leaves_what_the_runtime_decides_to_the_runtime():
         ("Max", [x, x[::-1].copy()], {}),
         ("Mod", [np.array([3, 4], np.int32), np.array([0, 2], np.int32)], {}),
         ("ScatterND", [x, I64(0, 0).reshape(2, 1), np.ones(2, np.float32)], {}),
+        ("ScatterND", [x, I64(0).reshape(1, 1), x[:1]], {"reduction": "max"}),  # NaN data
+        ("Pow", [x, np.float32(3.0)], {}),  # not correctly rounded in general
     ]
     for op, inputs, attributes in cases:
         names = [f"c{i}" for i in range(len(inputs))]

@@ -177,10 +177,23 @@ def _fold_gather_elements(node, data, indices):
     return np.take_along_axis(data, np.where(indices < 0, indices + size, indices), axis=axis)
 
 
+_REDUCTIONS = {
+    "none": None,
+    "add": np.add,
+    "mul": np.multiply,
+    "max": np.maximum,
+    "min": np.minimum,
+}
+
+
 def _fold_scatter_nd(node, data, indices, updates):
     reduction = node.attributes.get("reduction")
-    if reduction is not None and reduction.as_string() != "none":
+    combine = _REDUCTIONS.get("none" if reduction is None else reduction.as_string(), False)
+    if combine is False:
         return None
+    if combine is not None and data.dtype.kind == "f":
+        if np.isnan(data).any() or np.isnan(updates).any():
+            return None  # NaN extrema and products are left to the runtime
     depth = indices.shape[-1]
     flat = indices.reshape(-1, depth).astype(np.int64)
     bounds = np.asarray(data.shape[:depth])
@@ -191,14 +204,33 @@ def _fold_scatter_nd(node, data, indices, updates):
         return None  # repeated indices: ONNX leaves the order open
     out = np.array(data, copy=True)
     rows = updates.reshape(len(flat), *data.shape[depth:])
-    for index, row in zip(flat, rows, strict=True):
-        out[tuple(index)] = row
+    with np.errstate(all="ignore"):  # integers wrap, as in the runtime
+        for index, row in zip(flat, rows, strict=True):
+            out[tuple(index)] = row if combine is None else combine(out[tuple(index)], row)
     return out
 
 
+def _fold_pad(node, data, pads, value=None, axes=None):
+    mode = node.attributes.get("mode")
+    if mode is not None and mode.as_string() != "constant" or np.any(pads < 0):
+        return None
+    rank = data.ndim
+    axes = list(range(rank)) if axes is None else [int(a) % rank for a in axes]
+    widths = [(0, 0)] * rank
+    for k, axis in enumerate(axes):
+        widths[axis] = (int(pads[k]), int(pads[k + len(axes)]))
+    fill = 0 if value is None or value.size == 0 else value.reshape(-1)[0]
+    return np.pad(data, widths, constant_values=fill)
+
+
+def _fold_square(node, base, exponent):
+    """``Pow(x, 2)``: one correctly rounded product in NumPy and in the runtime."""
+    if base.dtype.kind != "f" or exponent.size != 1 or float(exponent.reshape(-1)[0]) != 2.0:
+        return None
+    return base * base
+
+
 def _fold_integer_sum(node, data, axes=None):
-    if data.dtype.kind not in "iu":
-        return None  # a float sum depends on the order of additions
     keep = node.attributes.get("keepdims")
     keep = True if keep is None else bool(keep.as_int())
     noop = node.attributes.get("noop_with_empty_axes")
@@ -208,6 +240,9 @@ def _fold_integer_sum(node, data, axes=None):
         axes = None
     else:
         axes = tuple(int(a) % data.ndim for a in axes)
+    terms = data.size if axes is None else int(np.prod([data.shape[a] for a in axes]))
+    if data.dtype.kind not in "iu" and terms > 1:
+        return None  # a float sum of several terms depends on the order of additions
     return np.sum(data, axis=axes, keepdims=keep, dtype=data.dtype)
 
 
@@ -295,6 +330,8 @@ _FOLDERS = {
     "GatherElements": _fold_gather_elements,
     "ScatterND": _fold_scatter_nd,
     "ReduceSum": _fold_integer_sum,
+    "Pad": _fold_pad,
+    "Pow": _fold_square,
     "Less": _compare(np.less),
     "LessOrEqual": _compare(np.less_equal),
     "Greater": _compare(np.greater),
@@ -321,7 +358,7 @@ _FOLDERS = {
 }
 
 
-_OPTIONAL_INPUTS = frozenset({"Unsqueeze", "Squeeze", "Clip", "Slice", "ReduceSum", "Gemm"})
+_OPTIONAL_INPUTS = frozenset({"Unsqueeze", "Squeeze", "Clip", "Slice", "ReduceSum", "Gemm", "Pad"})
 _SMALL = 256  # elements a folded result may have beyond its largest input (a Concat of scalars)
 
 
