@@ -331,3 +331,24 @@ def test_constants_fold_inside_loop_bodies_and_after_decided_comparisons():
     assert "And" not in ops and "Where" not in ops and "GreaterOrEqual" not in ops, ops
     (got,) = _run(model, {"in_0": x})
     np.testing.assert_allclose(got, np.asarray(jax.jit(fn)(x)), rtol=1e-6)
+
+
+def test_an_any_over_one_flag_in_a_loop_body_is_the_flag():
+    """``jnp.any`` of a scalar made a vector (a pytree reduction over one leaf): the
+    Cast to uint8, the ReduceMax over its one element and the Cast back go."""
+
+    def fn(x):
+        def body(i, c):
+            bad = jnp.any(jnp.isnan(jnp.atleast_1d(jnp.sum(c))))
+            return jnp.where(bad, c, c * 0.5 + i)
+
+        return jax.lax.fori_loop(0, 4, body, x)
+
+    x = np.array([0.25, -4.0], np.float32)
+    model = to_onnx(fn, [x])
+    onnx.checker.check_model(model, full_check=True)
+    ops = _body_ops(model)
+    assert "ReduceMax" not in ops and ops.count("Cast") == 1, ops  # the counter's Cast stays
+    for value in (x, np.array([np.nan, 1.0], np.float32)):
+        (got,) = _run(model, {"in_0": value})
+        np.testing.assert_allclose(got, np.asarray(jax.jit(fn)(value)), rtol=1e-6)

@@ -44,7 +44,7 @@ May use: values.
 
 from __future__ import annotations
 
-from jax2onnx.passes.bodies import MergeBodyDuplicatesPass
+from jax2onnx.passes.bodies import MergeBodyDuplicatesPass, drop_unused_initializers
 from jax2onnx.passes.constants import FoldConstantsPass
 from jax2onnx.passes.fusion import FusePatternsPass
 from jax2onnx.passes.gemm import FuseMatMulAddPass
@@ -113,11 +113,14 @@ def optimize(
         FuseMatMulAddPass(),
         *precision,
         DeduplicateWeightsPass(),
+        # values a pass made in a body are named per graph: names unique across the model
+        common.NameFixPass(),
         common.RemoveUnusedFunctionsPass(),
         common.RemoveUnusedOpsetsPass(),
     )
     declared = [(v.type, v.shape) for v in model.graph.outputs]
     passes(model)
+    drop_unused_initializers(model)
     for value, (type_, shape) in zip(model.graph.outputs, declared, strict=True):
         # a pass may let another value stand for an output (CSE merging a Cast to float32 a
         # model returns with the same Cast feeding other ops): it keeps the output's type

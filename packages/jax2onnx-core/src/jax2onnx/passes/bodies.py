@@ -93,3 +93,14 @@ def _merge(graph: ir.Graph) -> bool:
         graph.remove(node, safe=True)
         modified = True
     return modified
+
+
+def drop_unused_initializers(model: ir.Model) -> None:
+    """Initializers of Loop/Scan/If bodies that nothing reads any more (a rewrite in the
+    body made a constant, a later one made it unneeded): onnx_ir's unused-node removal
+    clears only the main graph's, and ONNX Runtime warns about the rest."""
+    for graph in nested_graphs(model.graph):
+        outputs = set(map(id, graph.outputs))
+        for name, value in list(graph.initializers.items()):
+            if not value.uses() and id(value) not in outputs:
+                del graph.initializers[name]

@@ -273,6 +273,11 @@ def double_not(ctx: Any, outer: ir.Node) -> bool:
 
 def squeeze_of_unsqueeze(ctx: Any, squeeze: ir.Node) -> bool:
     unsqueeze = producer(squeeze.inputs[0], "Unsqueeze")
+    cast = producer(squeeze.inputs[0], "Cast")
+    if unsqueeze is None and cast is not None and len(cast.outputs[0].uses()) == 1:
+        unsqueeze = producer(cast.inputs[0], "Unsqueeze")  # a Cast between: it moves out
+    else:
+        cast = None
     if unsqueeze is None or len(squeeze.inputs) < 2 or len(unsqueeze.inputs) < 2:
         return False
     out_rank, axes = rank(unsqueeze.outputs[0]), constant(squeeze.inputs[1])
@@ -280,7 +285,18 @@ def squeeze_of_unsqueeze(ctx: Any, squeeze: ir.Node) -> bool:
     if out_rank is None or axes is None or inserted is None:
         return False
     normal = [sorted(int(a) % out_rank for a in v.reshape(-1)) for v in (axes, inserted)]
-    return normal[0] == normal[1] and _stand_in(ctx, squeeze, unsqueeze.inputs[0], same=True)
+    if normal[0] != normal[1]:
+        return False
+    if cast is None:
+        return _stand_in(ctx, squeeze, unsqueeze.inputs[0], same=True)
+    if squeeze.outputs[0].is_graph_output():
+        return False
+    moved = node("Cast", [unsqueeze.inputs[0]], to=int_attr(cast, "to", 0))
+    moved.outputs[0].type = squeeze.outputs[0].type or cast.outputs[0].type
+    moved.outputs[0].shape = unsqueeze.inputs[0].shape
+    match = Match(ctx.graph, squeeze)
+    match.take(cast)
+    return match.replace([moved], moved.outputs[0])
 
 
 def lone_concat(ctx: Any, concat: ir.Node) -> bool:
@@ -292,11 +308,11 @@ _KEEPING = ("ReduceMax", "ReduceMin", "ReduceSum", "ReduceMean", "ReduceProd")
 
 def unit_reduction(ctx: Any, reduce: ir.Node) -> bool:
     x = reduce.inputs[0]
-    x_rank = rank(x)
-    if x_rank is None or int_attr(reduce, "noop_with_empty_axes", 0):
+    shape = shape_of(x)  # read through producers: an Unsqueezed scalar in a loop body
+    if shape is None or int_attr(reduce, "noop_with_empty_axes", 0):
         return False
-    axes = reduced_axes(reduce, x_rank)
-    if not axes or any(x.shape[a] != 1 for a in axes):
+    axes = reduced_axes(reduce, len(shape))
+    if not axes or any(shape[a] != 1 for a in axes):
         return False
     if int_attr(reduce, "keepdims", 1):
         return _stand_in(ctx, reduce, x)
@@ -304,18 +320,32 @@ def unit_reduction(ctx: Any, reduce: ir.Node) -> bool:
     if out.is_graph_output():
         return False
     squeeze = node("Squeeze", [x, ctx.constant(np.asarray(axes, np.int64), "axes")])
-    squeeze.outputs[0].type, squeeze.outputs[0].shape = out.type, out.shape
+    kept = tuple(d for i, d in enumerate(shape) if i not in axes)
+    squeeze.outputs[0].type = out.type or x.type
+    squeeze.outputs[0].shape = out.shape if out.shape is not None else ir.Shape(kept)
     match = Match(ctx.graph, reduce)
     return match.replace([squeeze], squeeze.outputs[0])
 
 
 def bool_round_trip(ctx: Any, back: ir.Node) -> bool:
+    """``Cast(L(Cast(b, T)), bool)`` of a bool ``b`` is ``L(b)``, ``L`` one layout op or none
+    (an ``any`` over one flag: uint8 for ReduceMax, the reduction now a Squeeze)."""
     if int_attr(back, "to", 0) != ir.DataType.BOOL:
         return False
-    there = producer(back.inputs[0], "Cast")
+    value = back.inputs[0]
+    layout = producer(value, "Squeeze", "Unsqueeze", "Reshape")
+    if layout is not None and (len(value.uses()) != 1 or value.is_graph_output()):
+        return False
+    there = producer(layout.inputs[0] if layout is not None else value, "Cast")
     if there is None or there.inputs[0] is None or there.inputs[0].dtype != ir.DataType.BOOL:
         return False
-    return _stand_in(ctx, back, there.inputs[0], same=True)
+    if layout is None:
+        return _stand_in(ctx, back, there.inputs[0], same=True)
+    if len(there.outputs[0].uses()) != 1 or there.outputs[0].is_graph_output():
+        return False
+    layout.replace_input_with(0, there.inputs[0])
+    layout.outputs[0].dtype = ir.DataType.BOOL
+    return _stand_in(ctx, back, layout.outputs[0], same=True)
 
 
 def constant_logic(ctx: Any, op: ir.Node) -> bool:
