@@ -1,4 +1,5 @@
-"""The scientific JAX stack's example solves (``jax2onnx_equinox.solvers``) as ONNX.
+"""The scientific JAX stack's example solves (``jax2onnx_equinox.solvers``) as ONNX,
+and the pseudo-spectral Burgers solver of ``examples/spectral_burgers.py``.
 
     python benchmarks/scientific.py              # every example, float32
     python benchmarks/scientific.py --runs 50 --only diffrax_dopri5_pid
@@ -113,6 +114,14 @@ def measure(name: str, fn, shape, runs: int) -> dict[str, str]:
     }
 
 
+def _burgers():
+    """``burgers`` of examples/spectral_burgers.py: 64 points, 20 RK2 steps of FFT derivatives."""
+    sys.path.insert(0, str(Path(__file__).parent.parent / "examples"))
+    from spectral_burgers import burgers
+
+    return burgers
+
+
 def main(argv: list[str] | None = None) -> int:
     from jax2onnx_equinox import solvers
 
@@ -120,8 +129,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runs", type=int, default=30)
     parser.add_argument("--only", help="comma-separated example names")
     args = parser.parse_args(argv)
-    wanted = args.only.split(",") if args.only else list(solvers.SOLVES)
-    rows = [measure(n, *solvers.SOLVES[n], args.runs) for n in wanted]
+    examples = dict(solvers.SOLVES)
+    examples["spectral_burgers"] = (_burgers(), (64,))
+    wanted = args.only.split(",") if args.only else list(examples)
+    rows = [measure(n, *examples[n], args.runs) for n in wanted]
     print("| " + " | ".join(rows[0]) + " |")
     print("|" + "---|" * len(rows[0]))
     for row in rows:
