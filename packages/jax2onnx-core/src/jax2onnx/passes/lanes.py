@@ -41,7 +41,6 @@ from typing import Any
 import numpy as np
 
 from jax2onnx.passes.bodies import nested_graphs
-from jax2onnx.passes.fusion.match import new_constant
 from jax2onnx.passes.identities import take_place
 from jax2onnx.values.ir import ir
 
@@ -67,12 +66,12 @@ class VectorizeLanesPass(ir.passes.InPlacePass):
 
     def call(self, model: ir.Model) -> ir.passes.PassResult:
         modified = False
-        constants: dict[tuple, ir.Value] = {}
+        run = _Run(model.graph)
         for graph in [model.graph, *nested_graphs(model.graph)]:
-            made: dict[tuple, ir.Value] = {}  # the nodes this pass made, by op and inputs
+            run.enter(graph)
             for concat in list(graph):
                 if concat.graph is graph and concat.op_type == "Concat":
-                    modified |= _Stack.rewrite(concat, model.graph, made, constants)
+                    modified |= _Stack.rewrite(concat, run)
         if modified:  # a lane read out of a vector may be read before the stack was
             model.graph.sort()
         return ir.passes.PassResult(model, modified)
@@ -162,16 +161,56 @@ def _bounds(node: ir.Node, dims: tuple) -> tuple[list, list, list, list] | None:
     return tuple(list(column) for column in zip(*picked, strict=True))
 
 
+class _Run:
+    """What one run of the pass keeps: constants made (by content), names taken, and for
+    the graph at hand the nodes made (by op and inputs) and every node's place in it."""
+
+    def __init__(self, root: ir.Graph):
+        self.root, self.constants = root, {}
+        self.taken = set(root.initializers)
+        for graph in [root, *nested_graphs(root)]:
+            self.taken.update(v.name for v in graph.inputs)
+            self.taken.update(v.name for n in graph for v in n.outputs)
+
+    def enter(self, graph: ir.Graph) -> None:
+        self.made: dict[tuple, tuple] = {}
+        self.order = {id(n): (i, 0) for i, n in enumerate(graph)}
+        self.count = 0
+
+    def constant(self, array: np.ndarray) -> ir.Value:
+        key = (array.dtype.str, array.shape, array.tobytes())
+        if key not in self.constants:
+            name = f"lanes_{len(self.constants)}"
+            while name in self.taken:
+                name += "_"
+            self.taken.add(name)
+            value = ir.Value(
+                name=name,
+                shape=ir.Shape(array.shape),
+                type=ir.TensorType(ir.DataType.from_numpy(array.dtype)),
+                const_value=ir.tensor(array, name=name),
+            )
+            self.root.register_initializer(value)
+            self.constants[key] = value
+        return self.constants[key]
+
+    def insert(self, node: ir.Node, before: ir.Node) -> None:
+        """Insert ``node`` before ``before``; it takes a place between its neighbours."""
+        before.graph.insert_before(before, node)
+        self.count += 1
+        self.order[id(node)] = (self.order[id(before)][0] - 1, self.count)
+
+
 class _Stack:
     """One Concat of Unsqueezed lanes: its plan, what it costs, what it frees."""
 
-    def __init__(self, concat: ir.Node, root: ir.Graph, made: dict, constants: dict):
-        self.concat, self.root, self.made, self.constants = concat, root, made, constants
+    def __init__(self, concat: ir.Node, run: _Run):
+        self.concat, self.run = concat, run
         self.memo: dict[tuple, Any] = {}
         self.walked: dict[int, ir.Node] = {}  # lane nodes the plan replaces
 
     @classmethod
-    def rewrite(cls, concat: ir.Node, root: ir.Graph, made: dict, constants: dict) -> bool:
+    def rewrite(cls, concat: ir.Node, run: _Run) -> bool:
         out = concat.outputs[0]
         dims = _dims(out)
         if dims is None or len(concat.inputs) < 2 or concat.domain not in _ONNX:
@@ -189,7 +228,7 @@ class _Stack:
         shape = dims[:axis] + dims[axis + 1 :]
         if sum(1 for v in concat.inputs) != dims[axis]:
             return False
-        stack = cls(concat, root, made, constants)
+        stack = cls(concat, run)
         plan = stack.vector(tuple(lanes), shape, axis)
         if plan is None or plan[0] == "uniform":
             return False
@@ -202,17 +241,17 @@ class _Stack:
         extract_gain = stack.freed(unsqueezes, kept, redirected) - count - len(extracted)
         if max(gain, extract_gain) <= 0:
             return False
-        vector = stack.emit(plan, concat.graph, {})
+        vector = stack.emit(plan, {})
         if extract_gain > gain:
             for value in extracted:
                 lane = ir.Node(
                     "",
                     "Gather",
-                    [vector, stack.emit(("const", np.array(lanes.index(value))), concat.graph, {})],
+                    [vector, run.constant(np.array(lanes.index(value), np.int64))],
                     attributes=[ir.AttrInt64("axis", axis)],
                     num_outputs=1,
                 )
-                concat.graph.insert_before(concat, lane)
+                run.insert(lane, concat)
                 lane.outputs[0].shape, lane.outputs[0].type = value.shape, value.type
                 ir.convenience.replace_all_uses_with(value, lane.outputs[0])
         return take_place(concat, vector)
@@ -402,8 +441,8 @@ class _Stack:
         values will read them elsewhere."""
         dead = {id(self.concat)}
         candidates = {id(n): n for n in unsqueezes} | self.walked
-        order = {id(n): i for i, n in enumerate(self.concat.graph)}
-        for node in sorted(candidates.values(), key=lambda n: -order.get(id(n), -1)):
+        order = self.run.order
+        for node in sorted(candidates.values(), key=lambda n: order[id(n)], reverse=True):
             outs = node.outputs
             if any(v.is_graph_output() or id(v) in kept for v in outs):
                 continue
@@ -411,7 +450,7 @@ class _Stack:
                 dead.add(id(node))
         return len(dead)
 
-    def emit(self, plan, graph: ir.Graph, built: dict[int, ir.Value]) -> ir.Value:
+    def emit(self, plan, built: dict[int, ir.Value]) -> ir.Value:
         if id(plan) in built:
             return built[id(plan)]
         kind = plan[0]
@@ -419,16 +458,14 @@ class _Stack:
             value = plan[1]
         elif kind in ("const", "ints"):
             array = np.array(plan[1], np.int64 if kind == "ints" else None, order="C")
-            key = (array.dtype.str, array.shape, array.tobytes())
-            if key not in self.constants:
-                self.constants[key] = new_constant(self.root, array, "lanes")
-            value = self.constants[key]
+            value = self.run.constant(array)
         else:
             _, op, args, attrs = plan
-            inputs = [self.emit(a, graph, built) for a in args]
+            inputs = [self.emit(a, built) for a in args]
             key = (op, tuple(id(v) for v in inputs), attrs)
-            if key in self.made and self.made[key][1] == inputs:
-                value = self.made[key][0]
+            made = self.run.made
+            if key in made and made[key][1] == inputs:
+                value = made[key][0]
             else:
                 node = ir.Node(
                     "",
@@ -437,9 +474,9 @@ class _Stack:
                     attributes=[ir.Attr(n, t, v) for n, t, v in attrs] if attrs else (),
                     num_outputs=1,
                 )
-                graph.insert_before(self.concat, node)
+                self.run.insert(node, self.concat)
                 value = node.outputs[0]
-                self.made[key] = (value, inputs)  # the inputs held: their ids stay theirs
+                made[key] = (value, inputs)  # the inputs held: their ids stay theirs
                 _type_output(node)
         built[id(plan)] = value
         return value
