@@ -41,6 +41,7 @@ from typing import Any
 import numpy as np
 
 from jax2onnx.passes.bodies import nested_graphs
+from jax2onnx.passes.fusion.match import initializer
 from jax2onnx.passes.identities import take_place
 from jax2onnx.values.ir import ir
 
@@ -184,14 +185,7 @@ class _Run:
             while name in self.taken:
                 name += "_"
             self.taken.add(name)
-            value = ir.Value(
-                name=name,
-                shape=ir.Shape(array.shape),
-                type=ir.TensorType(ir.DataType.from_numpy(array.dtype)),
-                const_value=ir.tensor(array, name=name),
-            )
-            self.root.register_initializer(value)
-            self.constants[key] = value
+            self.constants[key] = initializer(self.root, array, name)
         return self.constants[key]
 
     def insert(self, node: ir.Node, before: ir.Node) -> None:

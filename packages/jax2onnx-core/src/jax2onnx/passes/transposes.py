@@ -24,6 +24,7 @@ import itertools
 
 import numpy as np
 
+from jax2onnx.passes.fusion.match import initializer
 from jax2onnx.values.ir import ir
 
 _UNARY = frozenset(
@@ -287,16 +288,7 @@ class _Rewriter:
                 return name
 
     def constant(self, array: np.ndarray, base: str | None) -> ir.Value:
-        name = self.fresh(base)
-        array = np.require(array, requirements="C")  # a 0-d array stays 0-d
-        value = ir.Value(
-            name=name,
-            shape=ir.Shape(array.shape),
-            type=ir.TensorType(ir.DataType.from_numpy(array.dtype)),
-            const_value=ir.Tensor(array, name=name),
-        )
-        self.graph.register_initializer(value)
-        return value
+        return initializer(self.graph, array, self.fresh(base))
 
     def transpose_after(self, value: ir.Value, perm: list[int], shape) -> ir.Value:
         """A Transpose of ``value`` placed after its producer, taking over its name."""

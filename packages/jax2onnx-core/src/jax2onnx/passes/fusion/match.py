@@ -179,6 +179,12 @@ def new_constant(graph: ir.Graph, array: np.ndarray, hint: str) -> ir.Value:
         if name not in taken:
             break
         name = f"{hint}_fused_{k}"
+    return initializer(graph, array, name)
+
+
+def initializer(graph: ir.Graph, array: np.ndarray, name: str) -> ir.Value:
+    """Register ``array`` as ``graph``'s initializer ``name`` (a name the caller chose free)."""
+    array = np.require(array, requirements="C")  # a 0-d array stays 0-d
     value = ir.Value(
         name=name,
         shape=ir.Shape(array.shape),
