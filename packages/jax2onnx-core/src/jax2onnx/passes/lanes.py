@@ -220,7 +220,7 @@ class _Stack:
             lanes.append(node.inputs[0])
             unsqueezes.append(node)
         shape = dims[:axis] + dims[axis + 1 :]
-        if sum(1 for v in concat.inputs) != dims[axis]:
+        if len(concat.inputs) != dims[axis]:
             return False
         stack = cls(concat, run)
         plan = stack.vector(tuple(lanes), shape, axis)
@@ -267,7 +267,7 @@ class _Stack:
         """A plan of the stack of ``lanes`` (each of ``shape``) along ``axis``, or None."""
         key = (tuple(id(v) for v in lanes), shape, axis)
         if key not in self.memo:
-            self.memo[key] = None  # a cycle cannot occur in a DAG; guards re-entry all the same
+            self.memo[key] = None  # set before the walk down: a re-entry finds no plan
             self.memo[key] = self._vector(lanes, shape, axis)
         return self.memo[key]
 
@@ -282,7 +282,9 @@ class _Stack:
             return ("const", np.stack([v.const_value.numpy() for v in lanes], axis=axis))
         picks = [_pick(v) for v in lanes]
         if all(p is not None for p in picks) and all(p[0] is picks[0][0] for p in picks):
-            return self._gather(picks, axis)
+            plan = self._gather(picks, axis)
+            if plan is not None:
+                return plan
         nodes = [_onnx_node(v) for v in lanes]
         if any(n is None for n in nodes):
             return _pack(lanes, axis)
