@@ -285,10 +285,12 @@ def pivots_to_permutation(pivots: Any, *, permutation_size: int) -> Any:
     k = pivots.shape[-1]
     batch = pivots.shape[:-1]
     perm = jnp.broadcast_to(lax.iota(np.int32, permutation_size), (*batch, permutation_size))
+    # every pivot wrapped once, before the swaps: each swap then reads an index in range
+    pivots = pivots.astype(np.int32)
+    pivots = jnp.where(pivots < 0, pivots + permutation_size, pivots)
 
     def body(i, perm):
-        p = index(pivots, i, -1).astype(np.int32)
-        return swap_rows(perm, i, jnp.where(p < 0, p + permutation_size, p))
+        return swap_rows(perm, i, index(pivots, i, -1), in_range=True)
 
     return repeat(k, body, perm)
 

@@ -33,7 +33,10 @@ Gemm, Einsum) in float64, rounded once;
 what the lowerings emitted op by op (a layer norm written in ``jnp`` becomes
 ``LayerNormalization``; see :mod:`jax2onnx.passes.fusion`);
 :class:`FuseMatMulAddPass` turns a 2-D ``MatMul + Add`` (a dense layer
-written as ``x @ w + b``, two primitives) into one Gemm. Every pass is
+written as ``x @ w + b``, two primitives) into one Gemm;
+:class:`LiftScalarsPass` keeps a leading unit axis on scalars read out of a
+vector, computed on and stacked back (an ODE right-hand side written element
+by element), so the Squeeze/Unsqueeze per element go. Every pass is
 deterministic, so the same input gives a byte-identical model. Last, the
 precision step (:mod:`jax2onnx.passes.precision`): bfloat16 ops ONNX
 Runtime's CPU provider has no kernel for compute in float32 between Casts,
@@ -55,6 +58,7 @@ from jax2onnx.passes.loops import HoistLoopInvariantsPass
 from jax2onnx.passes.precision import FoldCastsPass, WidenHalfPrecisionPass
 from jax2onnx.passes.ranges import FoldIndexRangesPass
 from jax2onnx.passes.reshapes import FoldReshapesPass
+from jax2onnx.passes.scalars import LiftScalarsPass
 from jax2onnx.passes.transposes import FoldTransposesPass
 from jax2onnx.passes.weights import DeduplicateWeightsPass
 from jax2onnx.values.ir import common, ir
@@ -71,6 +75,7 @@ __all__ = [
     "FuseMatMulAddPass",
     "FusePatternsPass",
     "HoistLoopInvariantsPass",
+    "LiftScalarsPass",
     "MergeBodyDuplicatesPass",
     "VectorizeLanesPass",
     "WidenHalfPrecisionPass",
@@ -111,6 +116,8 @@ def optimize(
         FusePatternsPass(normalization_mode),
         common.RemoveUnusedNodesPass(),
         FuseMatMulAddPass(),
+        LiftScalarsPass(),
+        common.RemoveUnusedNodesPass(),
         *precision,
         DeduplicateWeightsPass(),
         # values a pass made in a body are named per graph: names unique across the model

@@ -24,7 +24,7 @@ from __future__ import annotations
 import numpy as np
 
 from jax2onnx.passes.bodies import nested_graphs
-from jax2onnx.passes.fusion.match import new_constant
+from jax2onnx.passes.fusion.match import ints, new_constant
 from jax2onnx.passes.identities import take_place
 from jax2onnx.values.ir import ir
 
@@ -45,20 +45,6 @@ class FoldIndexingPass(ir.passes.InPlacePass):
         return ir.passes.PassResult(model, modified)
 
 
-def _ints(value: ir.Value | None) -> list[int] | None:
-    """A constant integer input as a list (an initializer, or a ``Constant`` node's)."""
-    if value is None:
-        return None
-    tensor = value.const_value
-    producer = value.producer()
-    if tensor is None and producer is not None and producer.op_type == "Constant":
-        attr = producer.attributes.get("value")
-        tensor = attr.value if attr is not None else None
-    if tensor is None:
-        return None
-    return [int(v) for v in np.asarray(tensor.numpy()).reshape(-1)]
-
-
 def _is_output(graph: ir.Graph, value: ir.Value) -> bool:
     return any(out is value for out in graph.outputs)
 
@@ -72,8 +58,8 @@ def _cancel_pairs(graph: ir.Graph) -> bool:
         squeeze = squeezed.producer() if squeezed is not None else None
         if squeeze is None or squeeze.op_type != "Squeeze" or squeeze.domain not in _ONNX:
             continue
-        axes = _ints(node.inputs[1])
-        if axes is None or len(squeeze.inputs) < 2 or _ints(squeeze.inputs[1]) != axes:
+        axes = ints(node.inputs[1])
+        if axes is None or len(squeeze.inputs) < 2 or ints(squeeze.inputs[1]) != axes:
             continue
         source, out = squeeze.inputs[0], node.outputs[0]
         if source is None or _is_output(graph, out):
@@ -92,9 +78,9 @@ def _slice_of(value: ir.Value | None) -> tuple[ir.Value, int, int, int] | None:
     if node is None or node.op_type != "Slice" or node.domain not in _ONNX:
         return None
     x = node.inputs[0]
-    starts, ends = _ints(node.inputs[1]), _ints(node.inputs[2])
-    axes = _ints(node.inputs[3]) if len(node.inputs) > 3 else None
-    steps = _ints(node.inputs[4]) if len(node.inputs) > 4 else None
+    starts, ends = ints(node.inputs[1]), ints(node.inputs[2])
+    axes = ints(node.inputs[3]) if len(node.inputs) > 3 else None
+    steps = ints(node.inputs[4]) if len(node.inputs) > 4 else None
     if x is None or x.shape is None or starts is None or ends is None or len(starts) != 1:
         return None
     rank = len(x.shape)
@@ -187,7 +173,7 @@ def _gather_elements_read(graph: ir.Graph, root: ir.Graph, indices: dict[int, ir
             continue
         sliced = squeeze.inputs[0]
         piece = _slice_of(sliced)
-        axes = _ints(squeeze.inputs[1]) if len(squeeze.inputs) > 1 else None
+        axes = ints(squeeze.inputs[1]) if len(squeeze.inputs) > 1 else None
         if piece is None or axes is None or len(axes) != 1 or len(sliced.uses()) != 1:
             continue
         x, axis, start, stop = piece
@@ -215,7 +201,7 @@ def _stacked_reads(graph: ir.Graph) -> bool:
         if gather.op_type != "Gather" or gather.domain not in _ONNX:
             continue
         concat = gather.inputs[0].producer() if gather.inputs[0] is not None else None
-        index = _ints(gather.inputs[1])
+        index = ints(gather.inputs[1])
         if concat is None or concat.op_type != "Concat" or index is None or len(index) != 1:
             continue
         if gather.inputs[1].shape is None or len(gather.inputs[1].shape) != 0:
@@ -260,7 +246,7 @@ def _unsqueezed_on(value: ir.Value | None, axis: int, rank: int) -> ir.Value | N
     node = value.producer() if value is not None else None
     if node is None or node.op_type != "Unsqueeze" or node.domain not in _ONNX:
         return None
-    axes = _ints(node.inputs[1]) if len(node.inputs) > 1 else None
+    axes = ints(node.inputs[1]) if len(node.inputs) > 1 else None
     if axes is None or len(axes) != 1 or axes[0] % rank != axis:
         return None
     return node.inputs[0]

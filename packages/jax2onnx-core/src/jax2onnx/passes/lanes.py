@@ -41,25 +41,12 @@ from typing import Any
 import numpy as np
 
 from jax2onnx.passes.bodies import nested_graphs
-from jax2onnx.passes.fusion.match import initializer
+from jax2onnx.passes.fusion.match import ELEMENTWISE, initializer, ints
 from jax2onnx.passes.identities import take_place
 from jax2onnx.values.ir import ir
 
 _ONNX = ("", "ai.onnx")
-_ELEMENTWISE = frozenset(
-    (
-        "Add", "Sub", "Mul", "Div", "Pow", "Max", "Min", "Neg", "Abs", "Sqrt", "Reciprocal",
-        "Exp", "Log", "Sin", "Cos", "Tan", "Tanh", "Sinh", "Cosh", "Asin", "Acos", "Atan",
-        "Sigmoid", "Erf", "Floor", "Ceil", "Round", "Sign", "Relu", "Where", "Equal", "Less",
-        "LessOrEqual", "Greater", "GreaterOrEqual", "And", "Or", "Xor", "Not", "IsNaN",
-        "IsInf", "Cast", "Identity",
-    )
-)  # fmt: skip
 _COMMUTATIVE = frozenset(("Add", "Mul"))
-_BOOLEAN = frozenset(
-    ("Equal", "Less", "LessOrEqual", "Greater", "GreaterOrEqual", "And", "Or", "Xor", "Not")
-    + ("IsNaN", "IsInf")
-)
 
 
 class VectorizeLanesPass(ir.passes.InPlacePass):
@@ -76,12 +63,6 @@ class VectorizeLanesPass(ir.passes.InPlacePass):
         if modified:  # a lane read out of a vector may be read before the stack was
             model.graph.sort()
         return ir.passes.PassResult(model, modified)
-
-
-def _ints(value: ir.Value | None) -> list[int] | None:
-    if value is None or value.const_value is None or value.is_graph_input():
-        return None
-    return [int(v) for v in np.asarray(value.const_value.numpy()).reshape(-1)]
 
 
 def _dims(value: ir.Value) -> tuple[int, ...] | None:
@@ -124,7 +105,7 @@ def _pick(value: ir.Value) -> tuple[ir.Value, int, int, np.ndarray] | None:
         return (x, axis, 1, positions) if positions.size else None
     if node.op_type != "Squeeze" or len(node.inputs) != 2 or x.producer() is None:
         return None
-    sliced, squeezed = x.producer(), _ints(node.inputs[1])
+    sliced, squeezed = x.producer(), ints(node.inputs[1])
     source = sliced.inputs[0] if sliced.op_type == "Slice" and sliced.inputs else None
     dims = _dims(source) if source is not None else None
     bounds = _bounds(sliced, dims) if dims else None
@@ -146,9 +127,9 @@ def _bounds(node: ir.Node, dims: tuple) -> tuple[list, list, list, list] | None:
     """A Slice's constant ``(axes, starts, stops, steps)``, normalised and sorted by axis."""
     if node.op_type != "Slice" or node.domain not in _ONNX or len(node.inputs) < 3:
         return None
-    starts, ends = _ints(node.inputs[1]), _ints(node.inputs[2])
-    axes = _ints(node.inputs[3]) if len(node.inputs) > 3 else list(range(len(starts or ())))
-    steps = _ints(node.inputs[4]) if len(node.inputs) > 4 else [1] * len(axes or ())
+    starts, ends = ints(node.inputs[1]), ints(node.inputs[2])
+    axes = ints(node.inputs[3]) if len(node.inputs) > 3 else list(range(len(starts or ())))
+    steps = ints(node.inputs[4]) if len(node.inputs) > 4 else [1] * len(axes or ())
     if None in (starts, ends, axes, steps) or not len(starts) == len(ends) == len(axes) == len(
         steps
     ):
@@ -215,7 +196,7 @@ class _Stack:
             node = _onnx_node(value) if value is not None else None
             if node is None or node.op_type != "Unsqueeze" or len(node.inputs) != 2:
                 return False
-            if _ints(node.inputs[1]) not in ([axis], [axis - len(dims)]):
+            if ints(node.inputs[1]) not in ([axis], [axis - len(dims)]):
                 return False
             lanes.append(node.inputs[0])
             unsqueezes.append(node)
@@ -355,7 +336,7 @@ class _Stack:
         kinds = {n.op_type for n in nodes}
         mixed = kinds == {"Add", "Sub"}
         op = "Add" if mixed else nodes[0].op_type
-        if (len(kinds) != 1 and not mixed) or op not in _ELEMENTWISE:
+        if (len(kinds) != 1 and not mixed) or op not in ELEMENTWISE:
             return None
         arity = len(nodes[0].inputs)
         attrs = _attributes(nodes[0])
@@ -416,7 +397,7 @@ class _Stack:
     def _unsqueeze(self, nodes: list[ir.Node], shape: tuple, axis: int):
         """Lanes that are ``Unsqueeze(s_i, axes)`` alike: the stack of ``s_i``, unsqueezed."""
         rank = len(shape)
-        axes = [_ints(n.inputs[1]) if len(n.inputs) == 2 else None for n in nodes]
+        axes = [ints(n.inputs[1]) if len(n.inputs) == 2 else None for n in nodes]
         if axes[0] is None or any(a != axes[0] for a in axes):
             return None
         axes = sorted(a % rank for a in axes[0])

@@ -12,7 +12,9 @@
   divisor so);
 * and what a reduction over pytree leaves leaves behind (``jnp.all`` of a
   stack of one flag, as Equinox's and Optimistix's termination tests write
-  it): ``Not(Not(x))`` is ``x``; ``Squeeze(Unsqueeze(x, axes), axes)`` is ``x``;
+  it): ``Not(Not(x))`` is ``x``; ``Squeeze(Unsqueeze(x, axes), axes)`` is ``x``,
+  and with ops that work element by element between the two (a gather index
+  cast and clamped) those ops work on ``x``;
   a one-input ``Concat`` is its input; a ``ReduceMax``/``Min``/``Sum``/
   ``Mean``/``Prod`` over axes of size 1 is its input, squeezed without
   ``keepdims``; ``Cast(Cast(b, T), bool)`` of a bool ``b`` is ``b``;
@@ -253,7 +255,33 @@ def shape_of(value: ir.Value | None, depth: int = 0) -> tuple[Any, ...] | None:
         for axis in sorted(int(a) % rank for a in axes.reshape(-1)):
             dims.insert(axis, 1)
         return tuple(dims)
+    if node.op_type.startswith("Reduce") or node.op_type in ("ArgMax", "ArgMin"):
+        return _reduced(node, shape_of(node.inputs[0], depth + 1))
     return None
+
+
+def _reduced(node: ir.Node, source: tuple[Any, ...] | None) -> tuple[Any, ...] | None:
+    """The shape a reduction (or ArgMax/ArgMin) leaves of ``source``."""
+    if source is None:
+        return None
+    if node.op_type in ("ArgMax", "ArgMin"):
+        axes = [node.attributes.get_int("axis", 0)]
+    elif "axes" in node.attributes:  # before opset 18
+        axes = list(node.attributes["axes"].as_ints())
+    elif len(node.inputs) > 1 and node.inputs[1] is not None:
+        array = constant(node.inputs[1])
+        if array is None:
+            return None
+        axes = [int(a) for a in array.reshape(-1)]
+    else:
+        axes = []
+    if not axes and node.attributes.get_int("noop_with_empty_axes", 0):
+        return source
+    if not source:
+        return source
+    drop = {a % len(source) for a in axes} if axes else set(range(len(source)))
+    keep = node.attributes.get_int("keepdims", 1) == 1
+    return tuple(1 if i in drop else d for i, d in enumerate(source) if keep or i not in drop)
 
 
 def _stand_in(ctx: Any, gone: ir.Node, kept: ir.Value, *, same: bool = False) -> bool:
@@ -271,13 +299,36 @@ def double_not(ctx: Any, outer: ir.Node) -> bool:
     return inner is not None and _stand_in(ctx, outer, inner.inputs[0], same=True)
 
 
+# ops that work element by element on one tensor (Clip with scalar bounds): an
+# Unsqueeze before a chain of them and a Squeeze of the same axes after it cancel
+_PER_ELEMENT = frozenset(
+    {"Cast", "Neg", "Abs", "Not", "Sign", "Floor", "Ceil", "Round", "Relu", "Sqrt", "Exp"}
+    | {"Log", "Sin", "Cos", "Tanh", "Sigmoid", "IsNaN", "IsInf", "Reciprocal", "Clip"}
+)
+
+
+def _per_element_chain(value: ir.Value, graph: ir.Graph) -> tuple[ir.Node | None, list[ir.Node]]:
+    """The Unsqueeze that ``value`` is computed from through single-reader per-element
+    ops of ``graph``, and those ops in order (``None`` when there is no such Unsqueeze)."""
+    chain: list[ir.Node] = []
+    while True:
+        node = value.producer()
+        if node is None or node.graph is not graph or node.domain not in ("", "ai.onnx"):
+            return None, []
+        if node.op_type == "Unsqueeze":
+            return node, chain[::-1]
+        if node.op_type not in _PER_ELEMENT or len(node.outputs) != 1:
+            return None, []
+        if len(value.uses()) != 1 or value.is_graph_output():
+            return None, []
+        if any(bound is not None and rank(bound) != 0 for bound in node.inputs[1:]):
+            return None, []  # a Clip bound of rank 1 or more broadcasts
+        chain.append(node)
+        value = node.inputs[0]
+
+
 def squeeze_of_unsqueeze(ctx: Any, squeeze: ir.Node) -> bool:
-    unsqueeze = producer(squeeze.inputs[0], "Unsqueeze")
-    cast = producer(squeeze.inputs[0], "Cast")
-    if unsqueeze is None and cast is not None and len(cast.outputs[0].uses()) == 1:
-        unsqueeze = producer(cast.inputs[0], "Unsqueeze")  # a Cast between: it moves out
-    else:
-        cast = None
+    unsqueeze, chain = _per_element_chain(squeeze.inputs[0], squeeze.graph)
     if unsqueeze is None or len(squeeze.inputs) < 2 or len(unsqueeze.inputs) < 2:
         return False
     out_rank, axes = rank(unsqueeze.outputs[0]), constant(squeeze.inputs[1])
@@ -287,16 +338,16 @@ def squeeze_of_unsqueeze(ctx: Any, squeeze: ir.Node) -> bool:
     normal = [sorted(int(a) % out_rank for a in v.reshape(-1)) for v in (axes, inserted)]
     if normal[0] != normal[1]:
         return False
-    if cast is None:
+    if not chain:
         return _stand_in(ctx, squeeze, unsqueeze.inputs[0], same=True)
     if squeeze.outputs[0].is_graph_output():
         return False
-    moved = node("Cast", [unsqueeze.inputs[0]], to=int_attr(cast, "to", 0))
-    moved.outputs[0].type = squeeze.outputs[0].type or cast.outputs[0].type
-    moved.outputs[0].shape = unsqueeze.inputs[0].shape
-    match = Match(ctx.graph, squeeze)
-    match.take(cast)
-    return match.replace([moved], moved.outputs[0])
+    # the chain works on the Unsqueeze's input instead: each value loses the inserted axes
+    source = unsqueeze.inputs[0]
+    chain[0].replace_input_with(0, source)
+    for op in chain:
+        op.outputs[0].shape = None if source.shape is None else ir.Shape(list(source.shape))
+    return take_place(squeeze, chain[-1].outputs[0])
 
 
 def lone_concat(ctx: Any, concat: ir.Node) -> bool:

@@ -21,6 +21,20 @@ from jax2onnx.values.ir import ir
 DEFAULT_DOMAINS = ("", "ai.onnx")
 
 
+# ONNX ops that compute each output element from the elements of their (broadcast)
+# inputs at the same place
+ELEMENTWISE = frozenset(
+    (
+        "Add", "Sub", "Mul", "Div", "Pow", "Mod", "Max", "Min", "Neg", "Abs", "Sqrt",
+        "Reciprocal", "Exp", "Log", "Sin", "Cos", "Tan", "Tanh", "Sinh", "Cosh", "Asin", "Acos",
+        "Atan", "Asinh", "Acosh", "Atanh", "Sigmoid", "Erf", "Floor", "Ceil", "Round", "Sign",
+        "Relu", "Softplus", "Where", "Equal", "Less", "LessOrEqual", "Greater", "GreaterOrEqual",
+        "And", "Or", "Xor", "Not", "IsNaN", "IsInf", "Cast", "Identity", "BitwiseAnd",
+        "BitwiseOr", "BitwiseXor", "BitwiseNot", "BitShift",
+    )
+)  # fmt: skip
+
+
 def producer(value: ir.Value | None, *op_types: str) -> ir.Node | None:
     """The node computing ``value``, when it is one of ``op_types`` of the ONNX domain."""
     if value is None:
@@ -41,6 +55,15 @@ def constant(value: ir.Value | None) -> np.ndarray | None:
     if node is not None and "value" in node.attributes:
         return node.attributes["value"].as_tensor().numpy()
     return None
+
+
+def ints(value: ir.Value | None) -> list[int] | None:
+    """A constant integer tensor as a flat list (an initializer or a ``Constant``'s output;
+    not a graph input, whose stored value a caller may override)."""
+    if value is None or value.is_graph_input():
+        return None
+    array = constant(value)
+    return None if array is None else [int(v) for v in np.asarray(array).reshape(-1)]
 
 
 def scalar(value: ir.Value | None) -> float | None:
