@@ -2,7 +2,8 @@
 
 Models that jax2onnx does not intercept (a layer norm written in ``jnp``, an
 activation captured in a table at import time) lower op by op. This pass
-first brings the lowered graph to canonical forms (:mod:`.canonical`), then
+first brings the lowered graph to canonical forms (:mod:`.canonical`; NaN and
+finiteness tests in fewer nodes, :mod:`.finite`), then
 replaces known patterns with the single ONNX op that computes them
 (:mod:`.layer_norm`, :mod:`.keras_norm`, :mod:`.group_norm`, :mod:`.rms_norm`)
 and folds inference batch norms into the product before them
@@ -35,6 +36,7 @@ from jax2onnx.passes.fusion import (
     attention,
     batch_norm_fold,
     canonical,
+    finite,
     gelu,
     group_norm,
     hard_sigmoid,
@@ -53,7 +55,7 @@ Rewrite = tuple[Sequence[str], Callable[[Any, ir.Node], bool]]
 
 # applied in this order; each group until nothing changes
 GROUPS: tuple[tuple[Rewrite, ...], ...] = (
-    canonical.REWRITES,
+    canonical.REWRITES + finite.REWRITES,
     layer_norm.REWRITES + keras_norm.REWRITES,
     gelu.REWRITES + hard_sigmoid.REWRITES + softplus.REWRITES,  # activations
     group_norm.REWRITES,

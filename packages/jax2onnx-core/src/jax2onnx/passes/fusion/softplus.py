@@ -4,7 +4,7 @@
 ``jnp.logaddexp(x, 0)``, which lowers as::
 
     d = x - 0
-    where(isnan(d), x + 0, max(x, 0) + log1p(exp(-|d|)))     # isnan(d): Not(Equal(d, d))
+    where(isnan(d), x + 0, max(x, 0) + log1p(exp(-|d|)))     # isnan(d): IsNaN(d)
 
 with ``log1p`` in the form jax2onnx-lax writes it (Kahan's:
 ``u = e + 1; where(u - 1 == 0 or isinf(e), e, log(u) * e / (u - 1))``).
@@ -108,17 +108,23 @@ def softplus(ctx: Any, anchor: ir.Node) -> bool:
             return False
         x, nodes = found
     else:
-        isnan = producer(anchor.inputs[0], "Not")
-        equal = producer(isnan.inputs[0], "Equal") if isnan is not None else None
+        # isnan(d): IsNaN(d), or Not(Equal(d, d)) as JAX writes it
+        tests = [producer(anchor.inputs[0], "IsNaN")]
+        if tests[0] is None:
+            negation = producer(anchor.inputs[0], "Not")
+            equal = producer(negation.inputs[0], "Equal") if negation is not None else None
+            if equal is None or equal.inputs[0] is not equal.inputs[1]:
+                return False
+            tests = [negation, equal]
         found = stable(anchor.inputs[2])
-        if equal is None or found is None or equal.inputs[0] is not equal.inputs[1]:
+        if found is None:
             return False
         x, nodes = found
-        d, shift = _plus_zero(equal.inputs[0], "Sub")
+        d, shift = _plus_zero(tests[-1].inputs[0], "Sub")
         nan_case, plus = _plus_zero(anchor.inputs[1], "Add")
         if d is not x or nan_case is not x:
             return False
-        nodes = [*nodes, isnan, equal, *shift, *plus]
+        nodes = [*nodes, *tests, *shift, *plus]
     return fuse(ctx, anchor, nodes, node("Softplus", [x]))
 
 

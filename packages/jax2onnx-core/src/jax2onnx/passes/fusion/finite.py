@@ -1,0 +1,123 @@
+"""NaN and finiteness tests in fewer nodes (solvers run them once per step).
+
+JAX writes ``isnan(x)`` as ``x != x`` and the lowerings write ``isfinite(x)``
+as ``x - x == 0`` (``x - x`` is 0 where ``x`` is finite and NaN elsewhere);
+``jnp.any``/``jnp.all`` of a flag is a uint8 ``ReduceMax``/``ReduceMin`` between
+two Casts. A solver's step tests its state this way every iteration:
+
+* ``Not(Equal(x, x))`` is ``IsNaN(x)``, and ``Not(Equal(x - x, 0))`` is
+  ``IsNaN(x - x)`` (one node for two);
+* ``any(not isfinite(x))`` is ``IsNaN(ReduceSum(x - x))`` over the same
+  axes: a sum of zeros is 0, a sum with a NaN is NaN (three nodes for six);
+* ``all(isfinite(x))`` is ``ReduceSum(x - x) == 0`` (three for five).
+
+Each is exact for every input, empty reductions included (an empty ``any`` is
+false, an empty sum 0).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from jax2onnx.passes.fusion.match import Match, constant, int_attr, node, producer, rank
+from jax2onnx.values.ir import ir
+
+_FLOATS = (ir.DataType.FLOAT, ir.DataType.DOUBLE, ir.DataType.FLOAT16, ir.DataType.BFLOAT16)
+
+
+def _self_difference(value: ir.Value | None) -> ir.Node | None:
+    """The ``Sub(x, x)`` of a float ``x`` computing ``value``."""
+    sub = producer(value, "Sub")
+    if sub is None or sub.inputs[0] is not sub.inputs[1] or sub.inputs[0].dtype not in _FLOATS:
+        return None
+    return sub
+
+
+def _finite_test(value: ir.Value | None) -> tuple[ir.Node, ir.Node, ir.Value] | None:
+    """``(Equal, Sub, zero)`` when ``value`` is ``Equal(x - x, 0)`` (``isfinite(x)``)."""
+    equal = producer(value, "Equal")
+    if equal is None:
+        return None
+    for k in (0, 1):
+        sub, zero = _self_difference(equal.inputs[k]), constant(equal.inputs[1 - k])
+        if sub is not None and zero is not None and zero.size == 1 and zero.item() == 0:
+            return equal, sub, equal.inputs[1 - k]
+    return None
+
+
+def _keeps_shape(found: tuple[ir.Node, ir.Node, ir.Value]) -> bool:
+    """Whether the test's zero leaves the shape of ``x - x`` as it is (rank 0 or the same)."""
+    return rank(found[2]) in (0, rank(found[1].outputs[0]))
+
+
+def nan_test(ctx: Any, negation: ir.Node) -> bool:
+    """``Not(Equal(x, x))`` -> ``IsNaN(x)``; ``Not(Equal(x - x, 0))`` -> ``IsNaN(x - x)``."""
+    equal = producer(negation.inputs[0], "Equal")
+    if equal is None:
+        return False
+    tested = None
+    if equal.inputs[0] is equal.inputs[1] and equal.inputs[0].dtype in _FLOATS:
+        tested = equal.inputs[0]
+    elif (found := _finite_test(equal.outputs[0])) is not None:
+        if not _keeps_shape(found):
+            return False  # a zero of higher rank broadcasts the test: left as it is
+        tested = found[1].outputs[0]
+    if tested is None:
+        return False
+    match = Match(ctx.graph, negation)
+    match.take(equal)
+    isnan = node("IsNaN", [tested])
+    isnan.outputs[0].dtype = ir.DataType.BOOL
+    isnan.outputs[0].shape = negation.outputs[0].shape
+    return match.replace([isnan], isnan.outputs[0])
+
+
+def finite_reduction(ctx: Any, back: ir.Node) -> bool:
+    """``any(not isfinite(x))`` and ``all(isfinite(x))`` as a sum of ``x - x``."""
+    if int_attr(back, "to", 0) != ir.DataType.BOOL:
+        return False
+    reduce = producer(back.inputs[0], "ReduceMax", "ReduceMin")
+    there = producer(reduce.inputs[0], "Cast") if reduce is not None else None
+    if there is None or there.inputs[0].dtype != ir.DataType.BOOL:
+        return False
+    if "axes" in reduce.attributes:  # axes as an attribute: before opset 18, left as it is
+        return False
+    flag, taken = there.inputs[0], [reduce, there]
+    if reduce.op_type == "ReduceMax":  # any(not finite): Not(Equal(x - x, 0)) or IsNaN(x - x)
+        isnan = producer(flag, "IsNaN")
+        negation = producer(flag, "Not")
+        found = _finite_test(negation.inputs[0]) if negation is not None else None
+        if found is not None and _keeps_shape(found):
+            sub, taken = found[1], [*taken, negation, found[0]]
+        elif isnan is not None and _self_difference(isnan.inputs[0]) is not None:
+            sub, taken = isnan.inputs[0].producer(), [*taken, isnan]
+        else:
+            return False
+    else:  # all(finite): Equal(x - x, 0)
+        found = _finite_test(flag)
+        if found is None or rank(found[2]) != 0:
+            return False
+        sub, taken = found[1], [*taken, found[0]]
+    axes = reduce.inputs[1:2] if len(reduce.inputs) > 1 else []
+    keep = int_attr(reduce, "keepdims", 1)
+    empty_is_noop = int_attr(reduce, "noop_with_empty_axes", 0)
+    total = node("ReduceSum", [sub.outputs[0], *axes], keepdims=keep)
+    if empty_is_noop:
+        total.attributes["noop_with_empty_axes"] = ir.AttrInt64("noop_with_empty_axes", 1)
+    total.outputs[0].dtype = sub.outputs[0].dtype
+    total.outputs[0].shape = back.outputs[0].shape
+    if reduce.op_type == "ReduceMax":
+        test = node("IsNaN", [total.outputs[0]])
+    else:
+        zero = ctx.constant(np.zeros((), sub.outputs[0].dtype.numpy()), "zero")
+        test = node("Equal", [total.outputs[0], zero])
+    test.outputs[0].dtype = ir.DataType.BOOL
+    test.outputs[0].shape = back.outputs[0].shape
+    match = Match(ctx.graph, back)
+    match.take(*taken)
+    return match.replace([total, test], test.outputs[0])
+
+
+REWRITES = ((("Not",), nan_test), (("Cast",), finite_reduction))

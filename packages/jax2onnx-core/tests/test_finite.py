@@ -1,0 +1,61 @@
+"""NaN and finiteness tests (``passes/fusion/finite.py``): fewer nodes, the same flags.
+
+Every case runs on inputs with NaN, +-inf, both infinities in one reduction (whose
+plain sum would be NaN), finite values and an empty axis, and compares with JAX
+exactly (the results are booleans).
+"""
+
+import jax.numpy as jnp
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+
+from jax2onnx import to_onnx
+from jax2onnx_testkit import op_counts
+
+INF, NAN = np.inf, np.nan
+INPUTS = [
+    np.array([[1.0, INF, 2.0], [0.0, 1.0, -2.0]]),
+    np.array([[INF, -INF, 1.0], [1.0, 1.0, 1.0]]),
+    np.array([[NAN, 0.0, 0.0], [-0.0, 3.0, 6.0e4]]),
+    np.ones((2, 3)),
+]
+
+CASES = {  # fn, the op counts it converts to
+    "any_not_finite": (lambda x: jnp.any(~jnp.isfinite(x)), {"Sub": 1, "ReduceSum": 1, "IsNaN": 1}),
+    "all_finite_rows": (
+        lambda x: jnp.all(jnp.isfinite(x), axis=1),
+        {"Sub": 1, "ReduceSum": 1, "Equal": 1},
+    ),
+    "not_finite": (lambda x: ~jnp.isfinite(x), {"Sub": 1, "IsNaN": 1}),
+    "is_nan": (lambda x: jnp.isnan(x), {"IsNaN": 1}),
+    "any_nan_columns": (lambda x: jnp.any(jnp.isnan(x), axis=0), {"IsNaN": 1, "Cast": 2}),
+}
+
+
+def _check(model, fn, inputs):
+    onnx.checker.check_model(model, full_check=True)
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    for x in inputs:
+        got = session.run(None, {session.get_inputs()[0].name: x})[0]
+        np.testing.assert_array_equal(got, np.asarray(fn(x)))
+
+
+@pytest.mark.parametrize("name", CASES)
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+def test_nan_and_finite_tests_are_short_and_exact(name, dtype):
+    fn, ops = CASES[name]
+    inputs = [x.astype(dtype) for x in INPUTS]
+    model = to_onnx(fn, [inputs[0]])
+    counts = op_counts(model)
+    assert all(counts.get(op, 0) == n for op, n in ops.items()) and "Not" not in counts, counts
+    _check(model, fn, inputs)
+    _check(to_onnx(fn, [np.zeros((2, 0), dtype)]), fn, [np.zeros((2, 0), dtype)])
+
+
+def test_before_opset_18_the_reductions_stay_and_agree():
+    fn = CASES["any_not_finite"][0]
+    model = to_onnx(fn, [INPUTS[0].astype(np.float32)], opset=17)
+    assert "ReduceMax" in op_counts(model)
+    _check(model, fn, [x.astype(np.float32) for x in INPUTS])
