@@ -266,6 +266,30 @@ def test_invariant_work_of_a_nested_loop_moves_out_of_both():
     np.testing.assert_allclose(got, np.asarray(jax.jit(fn)(x)), rtol=1e-5, atol=1e-6)
 
 
+def test_a_carry_shifted_into_another_is_returned_without_a_copy():
+    def fn(x):
+        def body(carry):  # b takes a's value: the body returns its input a for b
+            i, a, b = carry
+            return i + 1, jnp.sin(b) + a, a
+
+        def scanned(c, _):  # a scan output equal to a body input keeps its copy
+            return c * 0.5, c
+
+        looped = jax.lax.while_loop(lambda k: k[0] < _dynamic_trips(x), body, (0, x, x * 2))[1:]
+        return (*looped, *jax.lax.scan(scanned, x, None, length=12))
+
+    x = np.linspace(-1.0, 1.0, 3, dtype=np.float32)
+    model, got = _run_loop(fn, x)
+    onnx.checker.check_model(model, full_check=True)
+    loops = [n for n in model.graph.node if n.op_type == "Loop"]
+    body = next(n.attribute[0].g for n in loops if len(n.input) == 5)  # trips, cond, i, a, b
+    inputs = [v.name for v in body.input]
+    assert body.output[3].name == inputs[3], (inputs, [v.name for v in body.output])
+    assert "Identity" not in [n.op_type for n in body.node]
+    for out, want in zip(got, jax.jit(fn)(x), strict=True):
+        np.testing.assert_allclose(out, np.asarray(want), rtol=1e-5, atol=1e-6)
+
+
 def test_integer_division_stays_in_a_loop_that_may_not_run():
     """ONNX Runtime fails on an integer Div by zero: in front of a Loop of no steps it would."""
     from onnx import TensorProto, helper

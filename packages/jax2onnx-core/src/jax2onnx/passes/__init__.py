@@ -34,6 +34,8 @@ what the lowerings emitted op by op (a layer norm written in ``jnp`` becomes
 ``LayerNormalization``; see :mod:`jax2onnx.passes.fusion`);
 :class:`FuseMatMulAddPass` turns a 2-D ``MatMul + Add`` (a dense layer
 written as ``x @ w + b``, two primitives) into one Gemm;
+:class:`ForwardLoopCarriesPass` lets a Loop body return a carry (or its
+condition) as the body input it copies instead of through an Identity;
 :class:`LiftScalarsPass` keeps a leading unit axis on scalars read out of a
 vector, computed on and stacked back (an ODE right-hand side written element
 by element), so the Squeeze/Unsqueeze per element go. Every pass is
@@ -51,7 +53,7 @@ from jax2onnx.passes.bodies import MergeBodyDuplicatesPass, drop_unused_initiali
 from jax2onnx.passes.constants import FoldConstantsPass
 from jax2onnx.passes.fusion import FusePatternsPass
 from jax2onnx.passes.gemm import FuseMatMulAddPass
-from jax2onnx.passes.identities import EliminateIdentitiesPass
+from jax2onnx.passes.identities import EliminateIdentitiesPass, ForwardLoopCarriesPass
 from jax2onnx.passes.indexing import FoldIndexingPass
 from jax2onnx.passes.lanes import VectorizeLanesPass
 from jax2onnx.passes.loops import HoistLoopInvariantsPass
@@ -72,6 +74,7 @@ __all__ = [
     "FoldIndexingPass",
     "FoldReshapesPass",
     "FoldTransposesPass",
+    "ForwardLoopCarriesPass",
     "FuseMatMulAddPass",
     "FusePatternsPass",
     "HoistLoopInvariantsPass",
@@ -120,6 +123,7 @@ def optimize(
         common.RemoveUnusedNodesPass(),
         *precision,
         DeduplicateWeightsPass(),
+        ForwardLoopCarriesPass(),
         # values a pass made in a body are named per graph: names unique across the model
         common.NameFixPass(),
         common.RemoveUnusedFunctionsPass(),

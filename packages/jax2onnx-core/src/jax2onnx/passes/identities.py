@@ -53,3 +53,49 @@ def take_place(node: ir.Node, kept: ir.Value) -> bool:
     if output:
         kept.name = name
     return True
+
+
+class ForwardLoopCarriesPass(ir.passes.InPlacePass):
+    """A Loop body returns a carry or its condition as the body input it copies, not
+    through an ``Identity`` (a carry shifted into another, the condition passed on).
+
+    Only the condition and the carried outputs: ONNX Runtime aliases a body input
+    returned as a scan output, so every step's slot would hold the last step's value,
+    and those Identities stay. So do Identities of values of enclosing graphs and of
+    initializers (the checker wants a body's outputs computed or input there), and of
+    an input the body already returns elsewhere (one name, one output). ONNX Runtime
+    runs each Identity as a copy per step; without it the step is faster.
+    """
+
+    def call(self, model: ir.Model) -> ir.passes.PassResult:
+        modified = False
+        for root in [model.graph, *model.functions.values()]:
+            for node in list(ir.traversal.RecursiveGraphIterator(root)):
+                if node.op_type == "Loop" and node.domain in ("", "ai.onnx"):
+                    modified |= self._forward(node)
+        return ir.passes.PassResult(model, modified=modified)
+
+    @staticmethod
+    def _forward(loop: ir.Node) -> bool:
+        attribute = loop.attributes.get("body")
+        if attribute is None:
+            return False
+        body = attribute.as_graph()
+        carried = 1 + len(loop.inputs) - 2  # the condition, then the carries
+        modified = False
+        for position in range(min(carried, len(body.outputs))):
+            out = body.outputs[position]
+            node = out.producer()
+            if node is None or node.op_type != "Identity" or node.domain not in ("", "ai.onnx"):
+                continue
+            source = node.inputs[0] if len(node.inputs) == 1 else None
+            if source is None or not source.is_graph_input() or source not in body.inputs:
+                continue
+            if source.is_graph_output() or len(out.uses()) != 0:
+                continue
+            if source.type is None:
+                source.type = out.type
+            body.outputs[position] = source
+            body.remove(node, safe=True)
+            modified = True
+        return modified

@@ -13,8 +13,9 @@
 * and what a reduction over pytree leaves leaves behind (``jnp.all`` of a
   stack of one flag, as Equinox's and Optimistix's termination tests write
   it): ``Not(Not(x))`` is ``x``; ``Squeeze(Unsqueeze(x, axes), axes)`` is ``x``,
-  and with ops that work element by element between the two (a gather index
-  cast and clamped) those ops work on ``x``;
+  so is a Squeeze back to ``x``'s shape of a ``Reshape(x)``, and with ops that
+  work element by element between the two (a gather index cast and clamped)
+  those ops work on ``x``;
   a one-input ``Concat`` is its input; a ``ReduceMax``/``Min``/``Sum``/
   ``Mean``/``Prod`` over axes of size 1 is its input, squeezed without
   ``keepdims``; ``Cast(Cast(b, T), bool)`` of a bool ``b`` is ``b``;
@@ -308,14 +309,14 @@ _PER_ELEMENT = frozenset(
 
 
 def _per_element_chain(value: ir.Value, graph: ir.Graph) -> tuple[ir.Node | None, list[ir.Node]]:
-    """The Unsqueeze that ``value`` is computed from through single-reader per-element
-    ops of ``graph``, and those ops in order (``None`` when there is no such Unsqueeze)."""
+    """The Unsqueeze (or Reshape) that ``value`` is computed from through single-reader
+    per-element ops of ``graph``, and those ops in order (``None`` when there is none)."""
     chain: list[ir.Node] = []
     while True:
         node = value.producer()
         if node is None or node.graph is not graph or node.domain not in ("", "ai.onnx"):
             return None, []
-        if node.op_type == "Unsqueeze":
+        if node.op_type in ("Unsqueeze", "Reshape"):
             return node, chain[::-1]
         if node.op_type not in _PER_ELEMENT or len(node.outputs) != 1:
             return None, []
@@ -331,13 +332,18 @@ def squeeze_of_unsqueeze(ctx: Any, squeeze: ir.Node) -> bool:
     unsqueeze, chain = _per_element_chain(squeeze.inputs[0], squeeze.graph)
     if unsqueeze is None or len(squeeze.inputs) < 2 or len(unsqueeze.inputs) < 2:
         return False
-    out_rank, axes = rank(unsqueeze.outputs[0]), constant(squeeze.inputs[1])
-    inserted = constant(unsqueeze.inputs[1])
-    if out_rank is None or axes is None or inserted is None:
-        return False
-    normal = [sorted(int(a) % out_rank for a in v.reshape(-1)) for v in (axes, inserted)]
-    if normal[0] != normal[1]:
-        return False
+    if unsqueeze.op_type == "Reshape":  # a Reshape that only added unit axes
+        before = shape_of(unsqueeze.inputs[0])
+        if before is None or shape_of(squeeze.outputs[0]) != before:
+            return False
+    else:
+        out_rank, axes = rank(unsqueeze.outputs[0]), constant(squeeze.inputs[1])
+        inserted = constant(unsqueeze.inputs[1])
+        if out_rank is None or axes is None or inserted is None:
+            return False
+        normal = [sorted(int(a) % out_rank for a in v.reshape(-1)) for v in (axes, inserted)]
+        if normal[0] != normal[1]:
+            return False
     if not chain:
         return _stand_in(ctx, squeeze, unsqueeze.inputs[0], same=True)
     if squeeze.outputs[0].is_graph_output():
