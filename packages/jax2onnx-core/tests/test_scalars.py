@@ -1,8 +1,10 @@
-"""LiftScalarsPass: scalars read out of a vector and stacked back keep a unit axis.
+"""Passes for code written element by element: LiftScalarsPass (scalars read out of a
+vector and stacked back keep a unit axis) and ComposeGathersPass (reads of reads by
+constant indices are one Gather).
 
-Each case converts with and without the pass: the pass removes reshaping nodes,
-the outputs agree bit for bit (every element is the same op on the same numbers)
-and both match ``jax.jit``.
+Each case converts with and without the pass: the pass removes nodes, the outputs
+agree bit for bit (every element is the same op on the same numbers, or the same
+element moved) and both match ``jax.jit``.
 """
 
 import jax
@@ -13,18 +15,18 @@ import onnxruntime as ort
 import pytest
 
 from jax2onnx import to_onnx
-from jax2onnx.passes import LiftScalarsPass
+from jax2onnx.passes import ComposeGathersPass, LiftScalarsPass
 from jax2onnx.values.ir import ir
 from jax2onnx_testkit import op_counts
 
 
 @pytest.fixture
 def plain(monkeypatch):
-    """``to_onnx`` with the pass switched off (the class, for this test only)."""
+    """``to_onnx`` with one pass switched off (the class, for this test only)."""
 
-    def convert(fn, args):
+    def convert(fn, args, without=LiftScalarsPass):
         with monkeypatch.context() as patch:
-            patch.setattr(LiftScalarsPass, "call", lambda self, m: ir.passes.PassResult(m, False))
+            patch.setattr(without, "call", lambda self, m: ir.passes.PassResult(m, False))
             return to_onnx(fn, args)
 
     return convert
@@ -108,3 +110,46 @@ def test_a_single_read_kept_by_other_readers_is_left_alone(plain):
 
     y = np.array([1.5, -0.5, 0.25], np.float32)
     assert op_counts(to_onnx(fn, [y])) == op_counts(plain(fn, [y]))
+
+
+def _composed(plain, fn, args, *, fewer: int) -> dict[str, int]:
+    """Without ComposeGathersPass the model has ``fewer`` more nodes; the same bits."""
+    model, before = to_onnx(fn, args), plain(fn, args, without=ComposeGathersPass)
+    ops, base = op_counts(model), op_counts(before)
+    assert sum(base.values()) - sum(ops.values()) == fewer, (base, ops)
+    got = _outputs(model, args)
+    for g, w in zip(got, _outputs(before, args), strict=True):
+        np.testing.assert_array_equal(g, w)
+    for g, e in zip(got, jax.tree_util.tree_leaves(jax.jit(fn)(*args)), strict=True):
+        np.testing.assert_allclose(g, np.asarray(e), rtol=2e-6, atol=1e-6)
+    return ops
+
+
+def test_a_cross_product_of_motion_vector_halves_reads_the_vector_itself(plain):
+    def fn(m, u):  # angular and linear halves of 6-D motion vectors, crossed
+        return jnp.cross(m[:, :3], u[:, 3:]), jnp.cross(m[:, 3:], u[:, :3])
+
+    m = np.linspace(-1.0, 2.0, 12, dtype=np.float32).reshape(2, 6)
+    u = np.linspace(0.5, -3.0, 12, dtype=np.float32).reshape(2, 6)
+    ops = _composed(plain, fn, [m, u], fewer=4)
+    assert "Slice" not in ops, ops
+
+
+def test_reads_of_reads_and_unit_axes_on_read_indices_are_one_gather(plain):
+    rows = np.array([2, 0, 3, -1])
+
+    def fn(t):  # a table's rows by index, then two of them, one given a unit axis
+        picked = t[rows]
+        return picked[jnp.array([3, 1])][:, None, :] * picked[jnp.array([0, -2])][None]
+
+    t = np.arange(20, dtype=np.float32).reshape(5, 4) / 3.0
+    ops = _composed(plain, fn, [t], fewer=3)
+    assert ops.get("Gather") == 2 and "Unsqueeze" not in ops, ops
+
+
+def test_a_read_on_another_axis_keeps_both_gathers(plain):
+    def fn(t):  # a column of rows: the two reads are on different axes
+        return t[np.array([1, 0])][:, np.array([2, 2, 0])]
+
+    t = np.arange(12, dtype=np.float32).reshape(3, 4)
+    _composed(plain, fn, [t], fewer=0)

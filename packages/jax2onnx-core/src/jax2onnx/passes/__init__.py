@@ -34,6 +34,8 @@ what the lowerings emitted op by op (a layer norm written in ``jnp`` becomes
 ``LayerNormalization``; see :mod:`jax2onnx.passes.fusion`);
 :class:`FuseMatMulAddPass` turns a 2-D ``MatMul + Add`` (a dense layer
 written as ``x @ w + b``, two primitives) into one Gemm;
+:class:`ComposeGathersPass` makes a read of a read by constant indices
+(a Gather of a Gather or of a Slice, a Gather given a unit axis) one Gather;
 :class:`ForwardLoopCarriesPass` lets a Loop body return a carry (or its
 condition) as the body input it copies instead of through an Identity;
 :class:`LiftScalarsPass` keeps a leading unit axis on scalars read out of a
@@ -52,6 +54,7 @@ from __future__ import annotations
 from jax2onnx.passes.bodies import MergeBodyDuplicatesPass, drop_unused_initializers
 from jax2onnx.passes.constants import FoldConstantsPass
 from jax2onnx.passes.fusion import FusePatternsPass
+from jax2onnx.passes.gathers import ComposeGathersPass
 from jax2onnx.passes.gemm import FuseMatMulAddPass
 from jax2onnx.passes.identities import EliminateIdentitiesPass, ForwardLoopCarriesPass
 from jax2onnx.passes.indexing import FoldIndexingPass
@@ -66,6 +69,7 @@ from jax2onnx.passes.weights import DeduplicateWeightsPass
 from jax2onnx.values.ir import common, ir
 
 __all__ = [
+    "ComposeGathersPass",
     "DeduplicateWeightsPass",
     "EliminateIdentitiesPass",
     "FoldCastsPass",
@@ -119,6 +123,7 @@ def optimize(
         FusePatternsPass(normalization_mode),
         common.RemoveUnusedNodesPass(),
         FuseMatMulAddPass(),
+        ComposeGathersPass(),  # after the fusions, whose patterns read the Gathers apart
         LiftScalarsPass(),
         common.RemoveUnusedNodesPass(),
         *precision,
