@@ -8,7 +8,8 @@ For each example, in one process: the nodes of the exported model (every graph,
 Loop bodies included) and the node executions of one ONNX Runtime call (from
 ORT's profiler: every node run, in Loop and If bodies once per step), each
 with the loop and indexing passes and without them (``HoistLoopInvariantsPass``,
-``MergeBodyDuplicatesPass``, ``FoldIndexingPass``, ``FoldIndexRangesPass``
+``MergeBodyDuplicatesPass``, ``FoldIndexingPass``, ``FoldIndexRangesPass``,
+``ComposeGathersPass``, ``LiftScalarsPass`` and ``ForwardLoopCarriesPass``
 replaced by nothing for one conversion, in this process only), the conversion time
 (median of 3), ONNX Runtime's latency against ``jax.jit`` of the same function
 on the same input (calls alternating after a warm-up; medians; a default
@@ -41,6 +42,9 @@ _COMPARED = (
     passes.MergeBodyDuplicatesPass,
     passes.FoldIndexingPass,
     passes.FoldIndexRangesPass,
+    passes.ComposeGathersPass,
+    passes.LiftScalarsPass,
+    passes.ForwardLoopCarriesPass,
 )
 
 
