@@ -9,7 +9,10 @@ two Casts. A solver's step tests its state this way every iteration:
   ``IsNaN(x - x)`` (one node for two);
 * ``any(not isfinite(x))`` is ``IsNaN(ReduceSum(x - x))`` over the same
   axes: a sum of zeros is 0, a sum with a NaN is NaN (three nodes for six);
-* ``all(isfinite(x))`` is ``ReduceSum(x - x) == 0`` (three for five).
+* ``all(isfinite(x))`` is ``ReduceSum(x - x) == 0`` (three for five);
+* JAX's NaN-propagating ``max``/``min`` of an ``x`` that is ``>= 0`` or NaN
+  (``|v|``, a maximum norm) tests ``IsNaN(ReduceSum(x))`` instead of a
+  reduction over a cast ``IsNaN(x)`` mask (four nodes for six).
 
 Each is exact for every input, empty reductions included (an empty ``any`` is
 false, an empty sum 0).
@@ -120,4 +123,68 @@ def finite_reduction(ctx: Any, back: ir.Node) -> bool:
     return match.replace([total, test], test.outputs[0])
 
 
-REWRITES = ((("Not",), nan_test), (("Cast",), finite_reduction))
+# ops whose every output is >= 0 or NaN: a sum of such values is NaN only when one is
+_NON_NEGATIVE = frozenset(("Abs", "Relu", "Sqrt", "Exp", "Sigmoid", "Softplus"))
+
+
+def _non_negative(value: ir.Value) -> bool:
+    node = value.producer()
+    if node is None or node.domain not in ("", "ai.onnx"):
+        return False
+    return node.op_type in _NON_NEGATIVE or (
+        node.op_type == "Mul" and node.inputs[0] is node.inputs[1]
+    )
+
+
+def nan_extreme(ctx: Any, where: ir.Node) -> bool:
+    """``Where(any(isnan(x)), NaN, ReduceMax(x))`` (or ``ReduceMin``) of an ``x`` that is
+    ``>= 0`` or NaN -> ``Where(IsNaN(s), s, ReduceMax(x))`` with ``s = ReduceSum(x)``."""
+    back = producer(where.inputs[0], "Cast")
+    nan = constant(where.inputs[1])
+    extreme = producer(where.inputs[2], "ReduceMax", "ReduceMin")
+    if back is None or extreme is None or nan is None or nan.size != 1 or not np.isnan(nan).all():
+        return False
+    if int_attr(back, "to", 0) != ir.DataType.BOOL:
+        return False
+    reduce = producer(back.inputs[0], "ReduceMax")
+    there = producer(reduce.inputs[0], "Cast") if reduce is not None else None
+    isnan = producer(there.inputs[0], "IsNaN") if there is not None else None
+    if isnan is None or "axes" in reduce.attributes or "axes" in extreme.attributes:
+        return False
+    x = extreme.inputs[0]
+    if isnan.inputs[0] is not x or x.dtype not in _FLOATS or not _non_negative(x):
+        return False
+    axes = [v for v in reduce.inputs[1:2]]
+    if [v for v in extreme.inputs[1:2]] != axes and not _same_constants(extreme, reduce):
+        return False
+    for attribute in ("keepdims", "noop_with_empty_axes"):
+        if int_attr(reduce, attribute, -1) != int_attr(extreme, attribute, -1):
+            return False
+    total = node("ReduceSum", [x, *axes], keepdims=int_attr(reduce, "keepdims", 1))
+    if int_attr(reduce, "noop_with_empty_axes", 0):
+        total.attributes["noop_with_empty_axes"] = ir.AttrInt64("noop_with_empty_axes", 1)
+    total.outputs[0].dtype, total.outputs[0].shape = x.dtype, extreme.outputs[0].shape
+    test = node("IsNaN", [total.outputs[0]])
+    test.outputs[0].dtype, test.outputs[0].shape = ir.DataType.BOOL, back.outputs[0].shape
+    picked = node("Where", [test.outputs[0], total.outputs[0], extreme.outputs[0]])
+    picked.outputs[0].dtype, picked.outputs[0].shape = (
+        where.outputs[0].dtype,
+        where.outputs[0].shape,
+    )
+    match = Match(ctx.graph, where)
+    match.take(back, reduce, there, isnan)
+    return match.replace([total, test, picked], picked.outputs[0])
+
+
+def _same_constants(a: ir.Node, b: ir.Node) -> bool:
+    """Whether the two reductions' axes inputs are equal constants."""
+    x = constant(a.inputs[1]) if len(a.inputs) > 1 else None
+    y = constant(b.inputs[1]) if len(b.inputs) > 1 else None
+    return x is not None and y is not None and np.array_equal(x, y)
+
+
+REWRITES = (
+    (("Not",), nan_test),
+    (("Cast",), finite_reduction),
+    (("Where",), nan_extreme),
+)
