@@ -300,14 +300,6 @@ def double_not(ctx: Any, outer: ir.Node) -> bool:
     return inner is not None and _stand_in(ctx, outer, inner.inputs[0], same=True)
 
 
-# ops that work element by element on one tensor (Clip with scalar bounds): an
-# Unsqueeze before a chain of them and a Squeeze of the same axes after it cancel
-_PER_ELEMENT = frozenset(
-    {"Cast", "Neg", "Abs", "Not", "Sign", "Floor", "Ceil", "Round", "Relu", "Sqrt", "Exp"}
-    | {"Log", "Sin", "Cos", "Tanh", "Sigmoid", "IsNaN", "IsInf", "Reciprocal", "Clip"}
-)
-
-
 def _per_element_chain(value: ir.Value, graph: ir.Graph) -> tuple[ir.Node | None, list[ir.Node]]:
     """The Unsqueeze (or Reshape) that ``value`` is computed from through single-reader
     per-element ops of ``graph``, and those ops in order (``None`` when there is none)."""
@@ -318,7 +310,9 @@ def _per_element_chain(value: ir.Value, graph: ir.Graph) -> tuple[ir.Node | None
             return None, []
         if node.op_type in ("Unsqueeze", "Reshape"):
             return node, chain[::-1]
-        if node.op_type not in _PER_ELEMENT or len(node.outputs) != 1:
+        # the ops that keep their one input's shape work element by element on it (Clip
+        # with scalar bounds): an Unsqueeze before a chain of them and a Squeeze after cancel
+        if node.op_type not in _UNARY_SHAPE or len(node.outputs) != 1:
             return None, []
         if len(value.uses()) != 1 or value.is_graph_output():
             return None, []

@@ -154,8 +154,8 @@ def nan_extreme(ctx: Any, where: ir.Node) -> bool:
     x = extreme.inputs[0]
     if isnan.inputs[0] is not x or x.dtype not in _FLOATS or not _non_negative(x):
         return False
-    axes = [v for v in reduce.inputs[1:2]]
-    if [v for v in extreme.inputs[1:2]] != axes and not _same_constants(extreme, reduce):
+    axes = list(reduce.inputs[1:2])
+    if list(extreme.inputs[1:2]) != axes and not _same_constants(extreme, reduce):
         return False
     for attribute in ("keepdims", "noop_with_empty_axes"):
         if int_attr(reduce, attribute, -1) != int_attr(extreme, attribute, -1):
