@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import jax.numpy as jnp
 import numpy as np
+import onnx
 import onnxruntime as ort
 
 from jax2onnx import to_onnx
@@ -60,6 +61,64 @@ def test_a_broadcast_that_sets_the_output_shape_stays():
     model = to_onnx(fn, [("B", 5, 32)])
     assert "Expand" in ops(model)
     np.testing.assert_allclose(run(model, X), np.asarray(fn(X)), rtol=1e-6, atol=1e-6)
+
+
+def _layout_then_mul(layout: str, source: list[int], target: list[int], other: list[int]):
+    """``Mul(layout(a), b)``: ``a`` of shape ``source`` brought to ``target`` by ``layout``."""
+    from onnx import TensorProto, helper
+
+    float_input = lambda name, shape: helper.make_tensor_value_info(  # noqa: E731
+        name, TensorProto.FLOAT, shape
+    )
+    if layout == "Reshape":
+        argument = helper.make_tensor("arg", TensorProto.INT64, [len(target)], target)
+    else:  # the axes the Unsqueeze adds or the Squeeze drops
+        axes = [i for i, d in enumerate(target if layout == "Unsqueeze" else source) if d == 1]
+        axes = axes[: abs(len(target) - len(source))]
+        argument = helper.make_tensor("arg", TensorProto.INT64, [len(axes)], axes)
+    graph = helper.make_graph(
+        [helper.make_node(layout, ["a", "arg"], ["t"]), helper.make_node("Mul", ["t", "b"], ["y"])],
+        "layout",
+        [float_input("a", source), float_input("b", other)],
+        [float_input("y", list(np.broadcast_shapes(target, other)))],
+        initializer=[argument],
+        value_info=[float_input("t", target)],  # shapes as the converter records them
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+
+
+def test_leading_unit_axes_before_a_broadcasting_op_go_where_they_change_nothing():
+    from jax2onnx.passes import FusePatternsPass
+    from jax2onnx.values.ir import ir
+
+    cases = [  # layout, a's shape, its new shape, b's shape, whether the layout op stays
+        ("Unsqueeze", [2, 3], [1, 2, 3], [3, 1, 3], False),  # a stack of lanes, broadcast
+        ("Squeeze", [1, 1, 2, 3], [2, 3], [5, 4, 2, 3], False),
+        ("Squeeze", [1, 1, 2, 3], [2, 3], [4, 2, 3], True),  # the output would gain an axis
+        ("Reshape", [1, 6], [1, 1, 6], [2, 1, 6], False),
+        ("Unsqueeze", [2, 3], [1, 2, 3], [3], True),  # the unit axis is the output's
+        ("Unsqueeze", [2, 3], [2, 3, 1], [2, 3, 3], True),  # trailing: broadcasts otherwise
+    ]
+    rng = np.random.default_rng(1)
+    for layout, source, target, other, stays in cases:
+        proto = _layout_then_mul(layout, source, target, other)
+        model = ir.serde.deserialize_model(proto)
+        FusePatternsPass()(model)
+        fused = ir.serde.serialize_model(model)
+        onnx.checker.check_model(fused, full_check=True)
+        assert (layout in [n.op_type for n in fused.graph.node]) == stays, (layout, source)
+        feeds = {
+            "a": rng.standard_normal(source).astype(np.float32),
+            "b": rng.standard_normal(other).astype(np.float32),
+        }
+        got, want = (
+            ort.InferenceSession(p.SerializeToString(), providers=["CPUExecutionProvider"]).run(
+                None, feeds
+            )[0]
+            for p in (fused, proto)
+        )
+        assert got.shape == want.shape
+        np.testing.assert_array_equal(got, want)
 
 
 def test_fusing_twice_gives_the_same_bytes():

@@ -335,9 +335,10 @@ def test_integer_division_stays_in_a_loop_that_may_not_run():
     np.testing.assert_array_equal(got, a + 2 * (a // b))
 
 
-def _folded_against_runtime(op: str, inputs: list, **attributes) -> onnx.ModelProto:
+def _folded_against_runtime(op: str, inputs: list, outputs: int = 1, **attributes):
     """``op`` on constant ``inputs`` (None: an omitted optional input), before and after
-    FoldConstantsPass: the folded model returns ONNX Runtime's exact bits, without ``op``."""
+    FoldConstantsPass: the folded model returns ONNX Runtime's exact bits (every one of
+    the op's ``outputs``), without ``op``."""
     from onnx import helper, numpy_helper
 
     from jax2onnx.passes import FoldConstantsPass
@@ -345,26 +346,28 @@ def _folded_against_runtime(op: str, inputs: list, **attributes) -> onnx.ModelPr
 
     names = ["" if a is None else f"c{i}" for i, a in enumerate(inputs)]
     initializers = [numpy_helper.from_array(a, n) for a, n in zip(inputs, names) if a is not None]
+    results = [f"y{k}" for k in range(outputs)]
     graph = helper.make_graph(
         [
-            helper.make_node(op, names, ["y"], **attributes),
-            helper.make_node("Identity", ["y"], ["out"]),
+            helper.make_node(op, names, results, **attributes),
+            *(helper.make_node("Identity", [y], [f"out{y}"]) for y in results),
         ],
         "fold",
         [],
-        [helper.make_empty_tensor_value_info("out")],
+        [helper.make_empty_tensor_value_info(f"out{y}") for y in results],
         initializer=initializers,
     )
     proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
     run = lambda p: ort.InferenceSession(  # noqa: E731
         p.SerializeToString(), providers=["CPUExecutionProvider"]
-    ).run(None, {})[0]
+    ).run(None, {})
     model = ir.serde.deserialize_model(proto)
     FoldConstantsPass()(model)
     folded = ir.serde.serialize_model(model)
-    assert [n.op_type for n in folded.graph.node] == ["Identity"], op
-    np.testing.assert_array_equal(run(folded), run(proto))
-    assert run(folded).dtype == run(proto).dtype
+    assert [n.op_type for n in folded.graph.node] == ["Identity"] * outputs, op
+    for got, want in zip(run(folded), run(proto), strict=True):
+        np.testing.assert_array_equal(got, want)
+        assert got.dtype == want.dtype
     return folded
 
 
@@ -396,6 +399,18 @@ def test_constant_folding_gives_the_runtimes_bits_for_every_folded_op():
     _folded_against_runtime("Pad", [x, I64(1, 0, 0, 2), np.float32(-1.5)])
     _folded_against_runtime("Pad", [n, I64(0, 1, 1, 0), None, I64(1, 0)])
     _folded_against_runtime("Pow", [x, np.float32(2.0)])
+    _folded_against_runtime("Pow", [x, np.float32(1.0)])
+    _folded_against_runtime("Pow", [x[:1], np.ones((2, 1), np.float32)])  # broadcasts
+    _folded_against_runtime("Tile", [n, I64(2, 1)])
+    _folded_against_runtime("CumSum", [n, np.int32(1)])
+    _folded_against_runtime("CumSum", [n, I64(0)], exclusive=1, reverse=1)
+    _folded_against_runtime("CumSum", [np.array([2**31 - 1, 1], np.int32), I64(0)])  # wraps
+    ties = np.array([[3, 1, 3, 2, 1], [0, 0, 0, 5, -1]], np.int64)
+    for largest in (0, 1):
+        _folded_against_runtime("TopK", [ties, I64(3)], outputs=2, largest=largest)
+        _folded_against_runtime("TopK", [ties.T, I64(2)], outputs=2, axis=0, largest=largest)
+        _folded_against_runtime("TopK", [x[::-1], I64(4)], outputs=2, largest=largest)
+    _folded_against_runtime("TopK", [np.array([[-0.0, 0.0, -0.0]], np.float32), I64(3)], 2)
 
 
 def test_folding_leaves_what_the_runtime_decides_to_the_runtime():
@@ -412,12 +427,14 @@ def test_folding_leaves_what_the_runtime_decides_to_the_runtime():
         ("ScatterND", [x, I64(0, 0).reshape(2, 1), np.ones(2, np.float32)], {}),
         ("ScatterND", [x, I64(0).reshape(1, 1), x[:1]], {"reduction": "max"}),  # NaN data
         ("Pow", [x, np.float32(3.0)], {}),  # not correctly rounded in general
+        ("CumSum", [x, I64(0)], {}),  # float sums: the order of additions
+        ("TopK", [x, I64(2)], {}),  # NaN's place in the order
     ]
     for op, inputs, attributes in cases:
         names = [f"c{i}" for i in range(len(inputs))]
         graph = helper.make_graph(
             [
-                helper.make_node(op, names, ["y"], **attributes),
+                helper.make_node(op, names, ["y", "i"][: 2 if op == "TopK" else 1], **attributes),
                 helper.make_node("Neg", ["y"], ["out"]),
             ],
             "keep",

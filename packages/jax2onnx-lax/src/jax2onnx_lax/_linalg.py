@@ -174,6 +174,9 @@ def triangular_solve(
     forward = lower != flip  # m is lower triangular: solve top-down
     c = b if left_side else jnp.swapaxes(b, -1, -2)
     n = m.shape[-1]
+    if unrolled(n):
+        y = _substitute(m, c, n, forward=forward, unit_diagonal=unit_diagonal)
+        return y if left_side else jnp.swapaxes(y, -1, -2)
 
     def body(i, y):
         cols = iota(n, i)
@@ -186,6 +189,24 @@ def triangular_solve(
 
     y = repeat(n, body, jnp.zeros_like(c), reverse=not forward)
     return y if left_side else jnp.swapaxes(y, -1, -2)
+
+
+def _substitute(m: Any, c: Any, n: int, *, forward: bool, unit_diagonal: bool) -> Any:
+    """``m y = c`` for a static ``n``: each row of ``y`` from slices of the rows solved
+    before it, which are stacked as they come (no masks, no products with zeros)."""
+    solved = None  # the rows solved so far, in order
+    for i in range(n) if forward else reversed(range(n)):
+        yi = c[..., i : i + 1, :]
+        if solved is not None:
+            known = m[..., i : i + 1, :i] if forward else m[..., i : i + 1, i + 1 :]
+            yi = yi - jnp.matmul(known, solved)
+        if not unit_diagonal:
+            yi = yi / m[..., i : i + 1, i : i + 1]
+        if solved is None:
+            solved = yi
+        else:
+            solved = jnp.concatenate([solved, yi] if forward else [yi, solved], axis=-2)
+    return solved
 
 
 # -- Cholesky -------------------------------------------------------------------
@@ -203,13 +224,18 @@ def cholesky(a: Any) -> Any:
     batch = a.shape[:-2]
 
     def body(j, carry):
+        # rows above the diagonal get what they get (the upper triangle is the input's
+        # in the end): the products below read only columns left of j, rows below it
         low, ok = carry
         rows = iota(n, j)
         col = index(a, j, -1) - jnp.einsum("...ik,...k->...i", low, jnp.conj(index(low, j, -2)))
         d = jnp.real(index(col, j, -1))
         root = jnp.sqrt(d)[..., None].astype(a.dtype)
-        col = jnp.where(rows > j, col / root, jnp.where(rows == j, root, 0))
-        return jnp.where((rows == j)[None, :], col[..., :, None], low), ok & (d > 0)
+        if isinstance(j, int) and j == n - 1:  # nothing below the last pivot
+            col = root[..., None]
+        else:
+            col = jnp.where(rows == j, root, col / root)[..., :, None]
+        return jnp.where((rows == j)[None, :], col, low), ok & (d > 0)
 
     low, ok = repeat(n, body, (jnp.zeros_like(a), jnp.ones(batch, bool)))
     out = jnp.where(tril_mask(n), low, a)

@@ -121,6 +121,7 @@ def optimize(
         common.RemoveUnusedNodesPass(),
         common.CommonSubexpressionEliminationPass(),
         FusePatternsPass(normalization_mode),
+        FoldConstantsPass(),  # what the canonical forms left constant (x - 0 of a constant)
         common.RemoveUnusedNodesPass(),
         FuseMatMulAddPass(),
         ComposeGathersPass(),  # after the fusions, whose patterns read the Gathers apart

@@ -223,11 +223,57 @@ def _fold_pad(node, data, pads, value=None, axes=None):
     return np.pad(data, widths, constant_values=fill)
 
 
-def _fold_square(node, base, exponent):
-    """``Pow(x, 2)``: one correctly rounded product in NumPy and in the runtime."""
-    if base.dtype.kind != "f" or exponent.size != 1 or float(exponent.reshape(-1)[0]) != 2.0:
+def _fold_power(node, base, exponent):
+    """``Pow(x, 2)`` (one correctly rounded product in NumPy and in the runtime) and
+    ``Pow(x, 1)`` (``x``); other powers are left to the runtime."""
+    if base.dtype.kind != "f" or exponent.size == 0:
         return None
-    return base * base
+    shape = np.broadcast_shapes(base.shape, exponent.shape)
+    if np.all(exponent == 1):
+        return np.broadcast_to(base, shape)
+    if np.all(exponent == 2):
+        return np.broadcast_to(base * base, shape)
+    return None
+
+
+def _fold_tile(node, data, repeats):
+    return np.tile(data, [int(r) for r in repeats])
+
+
+def _fold_integer_cumsum(node, data, axis):
+    """Integer running sums (exact, wrapping as in the runtime); float ones depend on the
+    order of additions and are left to the runtime."""
+    if data.dtype.kind not in "iu" or data.ndim == 0:
+        return None
+    axis = int(axis.reshape(-1)[0]) % data.ndim
+    if node.attributes.get_int("reverse", 0):
+        data = np.flip(data, axis)
+    with np.errstate(all="ignore"):
+        out = np.cumsum(data, axis=axis, dtype=data.dtype)
+    if node.attributes.get_int("exclusive", 0):
+        out = out - data
+    return np.flip(out, axis) if node.attributes.get_int("reverse", 0) else out
+
+
+def _fold_top_k(node, data, k):
+    """Sorted ``TopK``: ties go to the lower index, as ONNX specifies; both outputs."""
+    if not node.attributes.get_int("sorted", 1) or data.ndim == 0:
+        return None
+    if data.dtype.kind not in "fiu" or (data.dtype.kind == "f" and np.isnan(data).any()):
+        return None  # NaN's place in the order is the runtime's
+    axis = node.attributes.get_int("axis", -1) % data.ndim
+    count = int(k.reshape(-1)[0])
+    if not 0 <= count <= data.shape[axis]:
+        return None
+    if node.attributes.get_int("largest", 1):
+        # a stable ascending sort of the reversed axis, read backwards: largest first,
+        # equal values in ascending index order
+        size = data.shape[axis]
+        order = size - 1 - np.flip(np.argsort(np.flip(data, axis), axis, kind="stable"), axis)
+    else:
+        order = np.argsort(data, axis, kind="stable")
+    order = np.take(order, np.arange(count), axis=axis)
+    return np.take_along_axis(data, order, axis=axis), order.astype(np.int64)
 
 
 def _fold_integer_sum(node, data, axes=None):
@@ -331,7 +377,10 @@ _FOLDERS = {
     "ScatterND": _fold_scatter_nd,
     "ReduceSum": _fold_integer_sum,
     "Pad": _fold_pad,
-    "Pow": _fold_square,
+    "Pow": _fold_power,
+    "Tile": _fold_tile,
+    "CumSum": _fold_integer_cumsum,
+    "TopK": _fold_top_k,
     "Less": _compare(np.less),
     "LessOrEqual": _compare(np.less_equal),
     "Greater": _compare(np.greater),
@@ -370,7 +419,8 @@ class FoldConstantsPass(ir.passes.InPlacePass):
     remainders, and only when the result is no larger than its largest input
     or than ``_SMALL`` elements, so folding never grows the model by more than
     bookkeeping (a broadcasting ``Add`` that would expand a constant stays).
-    One exception to the same bits: small products of constants (``MatMul``,
+    Sorted ``TopK`` (both outputs; ties to the lower index as ONNX specifies),
+    integer ``CumSum``, ``Tile`` and ``Pow`` by 1 or 2 fold too. One exception to the same bits: small products of constants (``MatMul``,
     ``Gemm``, ``Einsum`` of a model's fixed matrices, as a physics engine's
     kinematics of constant frames computes them) are computed more accurately
     than the runtime would, see :func:`_contraction`.
@@ -390,7 +440,7 @@ class FoldConstantsPass(ir.passes.InPlacePass):
         modified = False
         for node in list(graph):
             fold = _FOLDERS.get(node.op_type)
-            if fold is None or node.domain not in ("", "ai.onnx") or len(node.outputs) != 1:
+            if fold is None or node.domain not in ("", "ai.onnx"):
                 continue
             if not node.inputs or any(
                 v is not None and (v.const_value is None or v.is_graph_input()) for v in node.inputs
@@ -399,20 +449,24 @@ class FoldConstantsPass(ir.passes.InPlacePass):
             arrays = [None if v is None else v.const_value.numpy() for v in node.inputs]
             if node.op_type not in _OPTIONAL_INPUTS and any(a is None for a in arrays):
                 continue
-            result = fold(node, *arrays)
-            old = node.outputs[0]
-            if result is None or id(old) in outputs:
+            results = fold(node, *arrays)
+            if results is None:
                 continue
-            if result.size > max(_SMALL, *(a.size for a in arrays if a is not None)):
+            results = results if isinstance(results, tuple) else (results,)
+            if len(results) != len(node.outputs) or any(id(v) in outputs for v in node.outputs):
                 continue
-            new = ir.Value(
-                name=old.name,
-                type=ir.TensorType(ir.DataType.from_numpy(result.dtype)),
-                shape=ir.Shape(result.shape),
-                const_value=ir.Tensor(np.asarray(result, order="C"), name=old.name),
-            )
-            ir.convenience.replace_all_uses_with(old, new)
+            largest = max(_SMALL, *(a.size for a in arrays if a is not None))
+            if any(r.size > largest for r in results):
+                continue
+            for old, result in zip(node.outputs, results, strict=True):
+                new = ir.Value(
+                    name=old.name,
+                    type=ir.TensorType(ir.DataType.from_numpy(result.dtype)),
+                    shape=ir.Shape(result.shape),
+                    const_value=ir.Tensor(np.asarray(result, order="C"), name=old.name),
+                )
+                ir.convenience.replace_all_uses_with(old, new)
+                root.register_initializer(new)
             graph.remove(node, safe=True)
-            root.register_initializer(new)
             modified = True
         return modified

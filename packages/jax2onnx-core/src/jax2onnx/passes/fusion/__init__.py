@@ -64,7 +64,8 @@ GROUPS: tuple[tuple[Rewrite, ...], ...] = (
     softmax.REWRITES,
     rotary.REWRITES,
     attention.REWRITES,
-    rectifiers.REWRITES,  # last: the patterns above read max/min forms themselves
+    rectifiers.REWRITES,  # the patterns above read max/min forms themselves
+    canonical.LATE,  # operands lose the unit axes the patterns above may read
 )
 MAX_ROUNDS = 8
 

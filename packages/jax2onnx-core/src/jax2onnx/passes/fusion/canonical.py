@@ -6,7 +6,9 @@
   elements -> ``ReduceMean(x, axes, keepdims=1)`` (JAX's mean is a sum and a
   division);
 * an elementwise op reading ``Expand(a, shape)`` reads ``a`` when the op's own
-  broadcasting gives the same output shape;
+  broadcasting gives the same output shape; after the fusions (:data:`LATE`), so
+  does one reading an Unsqueeze, Squeeze or Reshape that only adds or drops
+  leading unit axes (a stack of vectorised lanes given a batch axis);
 * ``Where(c, a, b)`` with a constant ``c`` that is all true (all false) is
   ``a`` (``b``) when that has the output's shape (``jnp.var`` guards its
   divisor so);
@@ -153,6 +155,41 @@ def expand_operand(ctx: Any, op: ir.Node) -> bool:
         unused = not expand.outputs[0].uses() and not expand.outputs[0].is_graph_output()
         if unused and expand.graph is ctx.graph:  # an enclosing graph's Expand stays there
             ctx.graph.remove(expand, safe=True)
+        changed = True
+    return changed
+
+
+def _leading_units_only(source: tuple[Any, ...], target: tuple[Any, ...]) -> bool:
+    """Whether the two shapes differ only by leading axes of size 1."""
+    strip = lambda s: s[next((i for i, d in enumerate(s) if d != 1), len(s)) :]  # noqa: E731
+    return strip(source) == strip(target)
+
+
+def unit_axes_operand(ctx: Any, op: ir.Node) -> bool:
+    """An operand that only gains or loses leading unit axes (``Unsqueeze(v, [0])``, a
+    Squeeze or Reshape doing the same) is read as it was, when the op's broadcasting
+    gives the same output shape: right-aligned broadcasting pads leading units itself."""
+    out = shape_of(op.outputs[0])
+    if out is None:
+        return False
+    changed = False
+    for k, value in enumerate(op.inputs):
+        layout = value.producer() if value is not None else None
+        if layout is None or layout.op_type not in ("Unsqueeze", "Squeeze", "Reshape"):
+            continue
+        if layout.domain not in ("", "ai.onnx") or (op.op_type == "PRelu" and k == 1):
+            continue
+        source, target = shape_of(layout.inputs[0]), shape_of(value)
+        if source is None or target is None or not _leading_units_only(source, target):
+            continue
+        inputs = [v if i != k else layout.inputs[0] for i, v in enumerate(op.inputs)]
+        shapes = [shape_of(v) for v in inputs]
+        if any(s is None for s in shapes) or broadcast(shapes) != out:
+            continue
+        op.replace_input_with(k, layout.inputs[0])
+        unused = not value.uses() and not value.is_graph_output()
+        if unused and layout.graph is ctx.graph:
+            ctx.graph.remove(layout, safe=True)
         changed = True
     return changed
 
@@ -457,3 +494,5 @@ REWRITES = (
     (BROADCASTING, expand_operand),
     (("Where",), constant_where),
 )
+# after the fusions, whose patterns may read the unit axes (an attention mask's)
+LATE = ((BROADCASTING, unit_axes_operand),)
