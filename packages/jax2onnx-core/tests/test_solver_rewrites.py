@@ -63,6 +63,8 @@ def test_additive_and_multiplicative_identities_go():
         ("Mul", np.float32(1.0), False),
         ("Mul", np.ones(8, np.float32), True),
         ("Div", np.float32(1.0), False),
+        ("Max", np.float32(-np.inf), True),  # a clip to unbounded limits, NaN kept
+        ("Min", np.full(8, np.inf, np.float32), False),
     ]
     for op, const, first in cases:
         proto = _binary(op, const, const_first=first)
@@ -74,6 +76,38 @@ def test_additive_and_multiplicative_identities_go():
             np.testing.assert_array_equal(got, want)
         else:
             assert got.tobytes() == want.tobytes(), op
+
+
+def test_writes_and_broadcasts_that_move_nothing_go():
+    f = lambda name, shape: helper.make_tensor_value_info(name, TensorProto.FLOAT, shape)  # noqa: E731
+    i64 = lambda name, values, shape: numpy_helper.from_array(  # noqa: E731
+        np.array(values, np.int64).reshape(shape), name
+    )
+    zeros = numpy_helper.from_array(np.zeros((2, 3), np.float32), "zeros")
+    each = [[i, j] for i in range(2) for j in range(3)]  # a write per element, in order
+    cases = [  # nodes, initializers, whether the node goes
+        (["Expand", "x", "shape"], [i64("shape", [1, 3], [2])], True),
+        (["Expand", "x", "shape"], [i64("shape", [3], [1])], True),
+        (["Expand", "x", "shape"], [i64("shape", [2, 2, 3], [3])], False),  # a new axis
+        (["ScatterND", "zeros", "rows", "x"], [zeros, i64("rows", [0, 1], [2, 1])], True),
+        (["ScatterND", "zeros", "rows", "x"], [zeros, i64("rows", [1, 0], [2, 1])], False),
+        (["ScatterND", "zeros", "at", "x"], [zeros, i64("at", each, [2, 3, 2])], True),
+        (["ScatterND", "zeros", "rows", "x"], [zeros, i64("rows", [1, 1], [2, 1])], False),
+    ]
+    x = np.array([[-0.0, np.inf, np.nan], [1.5, -2.0, 3e38]], np.float32)
+    for (op, *inputs), initializers, goes in cases:
+        node = helper.make_node(
+            op, inputs, ["y"], **({"reduction": "add"} if inputs[0] == "zeros" else {})
+        )
+        proto = _model(
+            [node, helper.make_node("Neg", ["y"], ["out"])],
+            [f("x", [2, 3])],
+            [f("out", None)],
+            initializers,
+        )
+        folded = _rewritten(proto, FusePatternsPass())
+        assert (op not in _ops(folded.graph)) == goes, (op, inputs)
+        np.testing.assert_array_equal(_run(folded, {"x": x})[0], _run(proto, {"x": x})[0])
 
 
 def test_integer_identities_go():
@@ -92,6 +126,8 @@ def test_what_is_no_identity_stays():
         ("Div", np.float32(1.0), True, (8,)),
         ("Add", np.zeros((2, 8), np.float32), False, (8,)),
         ("Mul", np.array([1, 1, 1, 1, 1, 1, 1, 2], np.float32), False, (8,)),
+        ("Max", np.float32(np.inf), False, (8,)),
+        ("Min", np.float32(3e38), True, (8,)),
     ]
     for op, const, first, shape in cases:
         proto = _binary(op, const, const_first=first, shape=shape)

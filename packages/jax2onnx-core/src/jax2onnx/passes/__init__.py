@@ -129,6 +129,10 @@ def optimize(
         common.RemoveUnusedNodesPass(),
         *precision,
         DeduplicateWeightsPass(),
+        # what reads equal constants the passes made apart is equal now: merged once more
+        common.CommonSubexpressionEliminationPass(),
+        MergeBodyDuplicatesPass(),
+        common.RemoveUnusedNodesPass(),
         ForwardLoopCarriesPass(),
         # values a pass made in a body are named per graph: names unique across the model
         common.NameFixPass(),

@@ -24,6 +24,7 @@ import itertools
 
 import numpy as np
 
+from jax2onnx.passes.bodies import nested_graphs
 from jax2onnx.passes.fusion.match import initializer
 from jax2onnx.values.ir import ir
 
@@ -422,6 +423,8 @@ class FoldTransposesPass(ir.passes.InPlacePass):
                 break
             modified = True
             self._merge(graph)
+        for body in nested_graphs(graph):  # Loop/If bodies: pairs merge, nothing moves
+            modified |= self._merge(body, nested=True)
         return ir.passes.PassResult(model, modified)
 
     @staticmethod
@@ -442,7 +445,7 @@ class FoldTransposesPass(ir.passes.InPlacePass):
         return modified
 
     @staticmethod
-    def _merge(graph: ir.Graph) -> bool:
+    def _merge(graph: ir.Graph, *, nested: bool = False) -> bool:
         modified = False
         for node in list(graph):
             if node.graph is not graph:
@@ -453,6 +456,8 @@ class FoldTransposesPass(ir.passes.InPlacePass):
             if outer is None or inner is None:
                 continue
             perm = [inner[i] for i in outer]
+            if nested and perm == sorted(perm) and any(v is node.outputs[0] for v in graph.outputs):
+                continue  # a body output must be the body's own value: the pair stays
             node.replace_input_with(0, inner_node.inputs[0])
             node.attributes["perm"] = ir.AttrInt64s("perm", perm)
             if perm == sorted(perm):

@@ -3,7 +3,8 @@
 Models that jax2onnx does not intercept (a layer norm written in ``jnp``, an
 activation captured in a table at import time) lower op by op. This pass
 first brings the lowered graph to canonical forms (:mod:`.canonical`; NaN and
-finiteness tests in fewer nodes, :mod:`.finite`), then
+finiteness tests in fewer nodes, :mod:`.finite`; reads by constant indices,
+:mod:`.reads`), then
 replaces known patterns with the single ONNX op that computes them
 (:mod:`.layer_norm`, :mod:`.keras_norm`, :mod:`.group_norm`, :mod:`.rms_norm`)
 and folds inference batch norms into the product before them
@@ -42,6 +43,7 @@ from jax2onnx.passes.fusion import (
     hard_sigmoid,
     keras_norm,
     layer_norm,
+    reads,
     rectifiers,
     rms_norm,
     rotary,
@@ -55,7 +57,7 @@ Rewrite = tuple[Sequence[str], Callable[[Any, ir.Node], bool]]
 
 # applied in this order; each group until nothing changes
 GROUPS: tuple[tuple[Rewrite, ...], ...] = (
-    canonical.REWRITES + finite.REWRITES,
+    canonical.REWRITES + finite.REWRITES + reads.REWRITES,
     layer_norm.REWRITES + keras_norm.REWRITES,
     gelu.REWRITES + hard_sigmoid.REWRITES + softplus.REWRITES,  # activations
     group_norm.REWRITES,

@@ -25,9 +25,10 @@
   solver's options, a batch of one);
 * arithmetic identities, as XLA's algebraic simplifier applies them (so the
   numbers keep matching ``jax.jit``): ``x + 0``, ``0 + x``, ``x - 0``,
-  ``x * 1``, ``1 * x`` and ``x / 1`` are ``x`` when the constant neither
-  broadcasts ``x`` to a larger shape nor changes its type (a solver's zero
-  initial residual, a unit step size, a mass matrix of ones).
+  ``x * 1``, ``1 * x``, ``x / 1``, ``max(x, -inf)`` and ``min(x, inf)`` are
+  ``x`` when the constant neither broadcasts ``x`` to a larger shape nor
+  changes its type (a solver's zero initial residual, a unit step size, a mass
+  matrix of ones, a clip to unbounded limits).
 """
 
 from __future__ import annotations
@@ -448,11 +449,19 @@ def constant_logic(ctx: Any, op: ir.Node) -> bool:
 
 
 # the constant operand that leaves the other one as it is, and where it may stand
-_NEUTRAL = {"Add": (0, (0, 1)), "Sub": (0, (1,)), "Mul": (1, (0, 1)), "Div": (1, (1,))}
+_NEUTRAL = {
+    "Add": (0, (0, 1)),
+    "Sub": (0, (1,)),
+    "Mul": (1, (0, 1)),
+    "Div": (1, (1,)),
+    "Max": (-np.inf, (0, 1)),  # ONNX Runtime's Max and Min propagate NaN, as JAX's do
+    "Min": (np.inf, (0, 1)),
+}
 
 
 def arithmetic_identity(ctx: Any, op: ir.Node) -> bool:
-    """``x + 0``, ``0 + x``, ``x - 0``, ``x * 1``, ``1 * x``, ``x / 1`` are ``x``.
+    """``x + 0``, ``0 + x``, ``x - 0``, ``x * 1``, ``1 * x``, ``x / 1`` are ``x``, and so
+    are ``max(x, -inf)`` and ``min(x, inf)`` (a clip to unbounded limits).
 
     Exact for integers and for floats but one case: ``-0.0 + 0.0`` is ``+0.0``,
     so adding ``+0.0`` (or subtracting ``-0.0``) turns ``-0.0`` into ``+0.0`` and

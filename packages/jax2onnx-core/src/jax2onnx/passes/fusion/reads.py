@@ -1,0 +1,180 @@
+"""Reads and writes by constant indices in fewer nodes (canonical group).
+
+* an ``Expand`` to the shape its input already has is its input;
+* a ``ScatterND`` adding updates into zeros at constant indices that cover the
+  whole tensor once, in order (a tree sum's first step, a one-row
+  accumulator), is its updates (``0 + u`` is ``u``, up to the sign of a zero,
+  as :func:`.canonical.arithmetic_identity` takes ``x + 0``);
+* a ``Gather`` or ``GatherElements`` whose constant indices read every element
+  in place (``x[[0, 1, 2]]`` of a length-3 axis, what a permutation of a static
+  tree order leaves when it is the identity) is its input;
+* ``Squeeze(Slice(x))`` that cuts one element on each squeezed axis (an entry
+  ``m[..., i, j]`` of a matrix written with slices and a squeeze) is one
+  ``Gather`` by a scalar index; two or more adjacent axes are merged by a
+  Reshape first (one per source and axes: readers of the same entries of one
+  tensor share it).
+
+They move no arithmetic, so the numbers stay.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from jax2onnx.passes.fusion.canonical import shape_of
+from jax2onnx.passes.fusion.match import constant, ints, node
+from jax2onnx.passes.identities import take_place
+from jax2onnx.values.ir import ir
+
+
+def _static(shape: tuple[Any, ...] | None) -> bool:
+    return shape is not None and all(isinstance(d, int) for d in shape)
+
+
+def identity_gather(ctx: Any, gather: ir.Node) -> bool:
+    """``Gather(x, arange(n))`` on an axis of length ``n`` (or its GatherElements)."""
+    if len(gather.inputs) != 2:
+        return False
+    data, indices = gather.inputs
+    shape, index = shape_of(data), constant(indices)
+    if shape is None or not shape or index is None or index.dtype.kind not in "iu":
+        return False
+    axis = gather.attributes.get_int("axis", 0) % len(shape)
+    size = shape[axis]
+    if not isinstance(size, int):
+        return False
+    if gather.op_type == "Gather":
+        if index.shape != (size,) or not np.array_equal(index, np.arange(size)):
+            return False
+    else:
+        if not _static(shape) or index.shape != shape:
+            return False
+        place = np.arange(size).reshape([-1 if a == axis else 1 for a in range(len(shape))])
+        if not np.array_equal(
+            np.where(index < 0, index + size, index), np.broadcast_to(place, shape)
+        ):
+            return False
+    out = gather.outputs[0]
+    if out.dtype is not None and data.dtype is not None and out.dtype != data.dtype:
+        return False
+    return take_place(gather, data)
+
+
+def squeezed_slice(ctx: Any, squeeze: ir.Node) -> bool:
+    """``Squeeze(Slice(x), axes)`` keeping one element on each of ``axes``: a Gather."""
+    cut = squeeze.inputs[0].producer() if squeeze.inputs[0] is not None else None
+    if len(squeeze.inputs) != 2 or cut is None or cut.op_type != "Slice":
+        return False
+    if cut.domain not in ("", "ai.onnx") or cut.graph is not ctx.graph:
+        return False
+    if len(squeeze.inputs[0].uses()) != 1 or squeeze.inputs[0].is_graph_output():
+        return False
+    source, axes = shape_of(cut.inputs[0]), ints(squeeze.inputs[1])
+    if source is None or not source or axes is None:
+        return False
+    rank = len(source)
+    axes = sorted(a % rank for a in axes)
+    picks = _elements(cut, source)
+    if picks is None or sorted(picks) != axes or axes != list(range(axes[0], axes[-1] + 1)):
+        return False  # other axes cut, or the squeezed axes apart
+    first, last = axes[0], axes[-1]
+    sizes = [source[a] for a in axes]
+    if len(axes) > 1 and not (_static(sizes) and _static(source[last + 1 :])):
+        return False  # the merging Reshape copies only leading dims it does not know
+    flat = 0
+    for a, size in zip(axes, sizes, strict=True):
+        flat = flat * size + picks[a] if len(axes) > 1 else picks[a]
+    data, added = cut.inputs[0], []
+    if len(axes) > 1:  # 0 copies a leading dim; the merged and trailing ones are static
+        merged = [0] * first + [math.prod(sizes)] + list(source[last + 1 :])
+        reshape = node("Reshape", [data, ctx.constant(np.array(merged, np.int64), "merged")])
+        reshape.outputs[0].dtype = data.dtype
+        reshape.outputs[0].shape = ir.Shape(
+            [*source[:first], math.prod(sizes), *merged[first + 1 :]]
+        )
+        added.append(reshape)
+        data = reshape.outputs[0]
+    read = node("Gather", [data, ctx.constant(np.array(flat, np.int64), "element")], axis=first)
+    added.append(read)
+    out = squeeze.outputs[0]
+    read.outputs[0].dtype = out.dtype
+    read.outputs[0].shape = None if out.shape is None else ir.Shape(list(out.shape))
+    for new in added:
+        ctx.graph.insert_before(squeeze, new)
+    if not take_place(squeeze, read.outputs[0]):
+        ctx.graph.remove(added, safe=True)
+        return False
+    ctx.graph.remove(cut, safe=True)
+    return True
+
+
+def _elements(cut: ir.Node, source: tuple[Any, ...]) -> dict[int, int] | None:
+    """Axis -> the one index a Slice keeps there (only axes it cuts to one element)."""
+    starts, ends = ints(cut.inputs[1]), ints(cut.inputs[2])
+    rank = len(source)
+    axes = ints(cut.inputs[3]) if len(cut.inputs) > 3 and cut.inputs[3] is not None else None
+    steps = ints(cut.inputs[4]) if len(cut.inputs) > 4 and cut.inputs[4] is not None else None
+    if starts is None or ends is None:
+        return None
+    axes = list(range(len(starts))) if axes is None else [a % rank for a in axes]
+    steps = [1] * len(starts) if steps is None else steps
+    picks: dict[int, int] = {}
+    for axis, start, end, step in zip(axes, starts, ends, steps, strict=True):
+        size = source[axis]
+        if step != 1 or not isinstance(size, int):
+            return None
+        lo = max(0, min(size, start + size if start < 0 else start))
+        hi = max(0, min(size, end + size if end < 0 else end))
+        if hi - lo != 1:
+            return None
+        picks[axis] = lo
+    return picks
+
+
+def same_shape_expand(ctx: Any, expand: ir.Node) -> bool:
+    """``Expand(x, shape)`` where broadcasting ``x`` to ``shape`` gives ``x``'s shape."""
+    source, target = shape_of(expand.inputs[0]), ints(expand.inputs[1])
+    if source is None or target is None or len(target) > len(source):
+        return False
+    padded = [1] * (len(source) - len(target)) + target
+    if any(t != 1 and t != d for d, t in zip(source, padded, strict=True)):
+        return False
+    return take_place(expand, expand.inputs[0])
+
+
+def scatter_into_zeros(ctx: Any, scatter: ir.Node) -> bool:
+    """``ScatterND(zeros, indices, u, reduction=none|add)`` writing every element once,
+    in order: ``u`` (reshaped, when the indices add unit axes, by no node: shapes match)."""
+    if len(scatter.inputs) != 3:
+        return False
+    reduction = scatter.attributes.get("reduction")
+    if reduction is not None and reduction.as_string() not in ("none", "add"):
+        return False
+    data, indices, updates = (constant(v) for v in scatter.inputs)
+    if data is None or indices is None or data.size == 0 or np.any(data != 0):
+        return False
+    if data.dtype.kind not in "fiu" or indices.ndim < 1:
+        return False
+    depth = indices.shape[-1]
+    if depth > data.ndim or indices.shape[:-1] != data.shape[:depth]:
+        return False
+    order = np.indices(data.shape[:depth]).reshape(depth, -1).T
+    bounds = np.asarray(data.shape[:depth])
+    flat = indices.reshape(-1, depth)
+    if not np.array_equal(np.where(flat < 0, flat + bounds, flat), order):
+        return False
+    out = scatter.outputs[0]
+    if shape_of(scatter.inputs[2]) != tuple(data.shape) or out.dtype != scatter.inputs[2].dtype:
+        return False
+    return take_place(scatter, scatter.inputs[2])
+
+
+REWRITES = (
+    (("Expand",), same_shape_expand),
+    (("ScatterND",), scatter_into_zeros),
+    (("Gather", "GatherElements"), identity_gather),
+    (("Squeeze",), squeezed_slice),
+)

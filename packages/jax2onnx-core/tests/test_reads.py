@@ -1,0 +1,75 @@
+"""Reads by constant indices in fewer nodes (jax2onnx.passes.fusion.reads): same bits."""
+
+from __future__ import annotations
+
+import jax.numpy as jnp
+import numpy as np
+import onnx
+import onnxruntime as ort
+from onnx import TensorProto, helper
+
+from jax2onnx import to_onnx
+from jax2onnx.passes import FusePatternsPass
+from jax2onnx.values.ir import ir
+
+
+def _ops(model):
+    return [n.op_type for n in model.graph.node]
+
+
+def _run(model, *args):
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    feeds = {i.name: a for i, a in zip(session.get_inputs(), args, strict=True)}
+    return session.run(None, feeds)[0]
+
+
+X = np.random.default_rng(3).standard_normal((3, 4, 5)).astype(np.float32)
+
+
+def test_a_gather_reading_every_element_in_place_is_its_input():
+    def fn(x):  # a permutation of a static order that turned out to be the identity
+        return x[jnp.array([0, 1, 2])] * 2.0, x[:, jnp.array([0, 2, 1, 3])] + 1.0
+
+    model = to_onnx(fn, [X.shape])
+    onnx.checker.check_model(model, full_check=True)
+    assert _ops(model) == ["Mul", "Gather", "Add"], _ops(model)  # the real permutation stays
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    for got, want in zip(session.run(None, {"in_0": X}), fn(X), strict=True):
+        np.testing.assert_array_equal(got, np.asarray(want))
+
+
+def test_gather_elements_in_place_goes_and_a_permuting_one_stays():
+    for indices, goes in (([[0, 0], [1, 1], [2, 2]], True), ([[0, 1], [1, 0], [2, 2]], False)):
+        graph = helper.make_graph(
+            [
+                helper.make_node("GatherElements", ["x", "i"], ["g"], axis=0),
+                helper.make_node("Neg", ["g"], ["y"]),
+            ],
+            "elements",
+            [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, 2])],
+            [helper.make_tensor_value_info("y", TensorProto.FLOAT, [3, 2])],
+            initializer=[helper.make_tensor("i", TensorProto.INT64, [3, 2], sum(indices, []))],
+        )
+        proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+        model = ir.serde.deserialize_model(proto)
+        FusePatternsPass()(model)
+        rewritten = ir.serde.serialize_model(model)
+        assert ("GatherElements" not in _ops(rewritten)) == goes
+        x = np.arange(6, dtype=np.float32).reshape(3, 2)
+        np.testing.assert_array_equal(_run(rewritten, x), _run(proto, x))
+
+
+def test_an_entry_cut_by_slices_and_squeezed_is_one_gather():
+    cases = {  # an entry of each matrix in a batch, one element of a row, a cut that stays
+        lambda x: jnp.squeeze(x[:, 1:2, 3:4], (1, 2)) * 2.0: ("Reshape", "Gather", "Mul"),
+        lambda x: jnp.squeeze(x[:, :, -1:], 2) + 1.0: ("Gather", "Add"),
+        lambda x: jnp.squeeze(x[:, 1:2, 1:4], 1) - 1.0: ("Slice", "Squeeze", "Sub"),
+    }
+    for fn, ops in cases.items():
+        model = to_onnx(fn, [("B", 4, 5)])
+        onnx.checker.check_model(model, full_check=True)
+        assert tuple(op for op in _ops(model) if op in ops) == ops, _ops(model)
+        for x in (X, X[:1]):
+            got, want = _run(model, x), np.asarray(fn(x))
+            assert got.shape == want.shape
+            np.testing.assert_array_equal(got, want)
