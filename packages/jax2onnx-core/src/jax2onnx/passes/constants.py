@@ -420,7 +420,8 @@ class FoldConstantsPass(ir.passes.InPlacePass):
     or than ``_SMALL`` elements, so folding never grows the model by more than
     bookkeeping (a broadcasting ``Add`` that would expand a constant stays).
     Sorted ``TopK`` (both outputs; ties to the lower index as ONNX specifies),
-    integer ``CumSum``, ``Tile`` and ``Pow`` by 1 or 2 fold too. One exception to the same bits: small products of constants (``MatMul``,
+    integer ``CumSum``, ``Tile`` and ``Pow`` by 1 or 2 fold too. One exception
+    to the same bits: small products of constants (``MatMul``,
     ``Gemm``, ``Einsum`` of a model's fixed matrices, as a physics engine's
     kinematics of constant frames computes them) are computed more accurately
     than the runtime would, see :func:`_contraction`.
