@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import onnx
@@ -73,3 +74,16 @@ def test_an_entry_cut_by_slices_and_squeezed_is_one_gather():
             got, want = _run(model, x), np.asarray(fn(x))
             assert got.shape == want.shape
             np.testing.assert_array_equal(got, want)
+
+
+def test_entries_of_a_transposed_factor_read_the_factor():
+    def fn(a, b):  # a Cholesky solve: the second substitution reads the factor transposed
+        low = jax.lax.linalg.cholesky(a, symmetrize_input=False)
+        return jax.scipy.linalg.cho_solve((low, True), b)
+
+    a = np.array([[4.0, 1.0], [1.0, 3.0]], np.float32)
+    b = np.array([1.0, -2.0], np.float32)
+    model = to_onnx(fn, [a, b])
+    onnx.checker.check_model(model, full_check=True)
+    assert "Transpose" not in _ops(model), _ops(model)
+    np.testing.assert_allclose(_run(model, a, b), np.asarray(fn(a, b)), rtol=1e-6, atol=1e-6)

@@ -110,6 +110,89 @@ def test_writes_and_broadcasts_that_move_nothing_go():
         np.testing.assert_array_equal(_run(folded, {"x": x})[0], _run(proto, {"x": x})[0])
 
 
+def test_a_sign_vector_after_a_constant_factor_joins_the_factor():
+    f = lambda name, shape: helper.make_tensor_value_info(name, TensorProto.FLOAT, shape)  # noqa: E731
+    x = np.stack([SPECIAL, SPECIAL[::-1]])  # [2, 8]
+    cases = [  # the factor, the signs, whether the two products become one
+        (np.float32(0.3), np.array([1, -1] * 4, np.float32), True),
+        (np.linspace(-2, 2, 8, dtype=np.float32), np.float32(-1.0), True),
+        (np.float32(0.3), np.array([1, -2] * 4, np.float32), False),  # not only signs
+        (np.ones((3, 1, 8), np.float32), np.float32(-1.0), True),  # the factor broadcasts x
+    ]
+    for factor, signs, joins in cases:
+        out = np.broadcast_shapes(x.shape, factor.shape, signs.shape)
+        proto = _model(
+            [
+                helper.make_node("Mul", ["x", "c"], ["m"]),
+                helper.make_node("Mul", ["s", "m"], ["y"]),
+                helper.make_node("Neg", ["y"], ["out"]),
+            ],
+            [f("x", [2, 8])],
+            [f("out", list(out))],
+            [numpy_helper.from_array(factor, "c"), numpy_helper.from_array(signs, "s")],
+        )
+        folded = _rewritten(proto, FusePatternsPass())
+        assert _ops(folded.graph).count("Mul") == (1 if joins else 2), (factor, signs)
+        (got,), (want,) = _run(folded, {"x": x}), _run(proto, {"x": x})
+        assert got.shape == want.shape
+        np.testing.assert_array_equal(got, want)
+
+
+def test_a_selection_on_the_condition_around_it_is_decided():
+    f = lambda name, shape, t=TensorProto.FLOAT: helper.make_tensor_value_info(name, t, shape)  # noqa: E731
+    tril = numpy_helper.from_array(np.tril(np.ones((2, 2), bool)), "c")
+    inputs = [f("x", [2, 2]), f("y", [2, 2]), f("k", [], TensorProto.BOOL)]
+    cases = [  # the nodes, how many Wheres stay
+        (  # the inner one reached through a Where on another condition
+            [("Where", ["c", "x", "y"], "i"), ("Where", ["k", "i", "nan"], "m")]
+            + [("Where", ["c", "m", "zero"], "w")],
+            2,
+        ),
+        ([("Where", ["c", "x", "y"], "i"), ("Where", ["c", "zero", "i"], "w")], 1),  # else side
+        (  # the inner one is read elsewhere too: it stays
+            [("Where", ["c", "x", "y"], "i"), ("Where", ["c", "i", "zero"], "v")]
+            + [("Add", ["v", "i"], "w")],
+            2,
+        ),
+    ]
+    constants = [
+        tril,
+        numpy_helper.from_array(np.full((2, 2), np.nan, np.float32), "nan"),
+        numpy_helper.from_array(np.zeros((2, 2), np.float32), "zero"),
+    ]
+    rng = np.random.default_rng(5)
+    for nodes, wheres in cases:
+        graph = [helper.make_node(op, ins, [out]) for op, ins, out in nodes]
+        proto = _model(
+            [*graph, helper.make_node("Neg", ["w"], ["out"])], inputs, [f("out", [2, 2])], constants
+        )
+        folded = _rewritten(proto, FusePatternsPass())
+        assert _ops(folded.graph).count("Where") == wheres, nodes
+        for flag in (True, False):
+            feeds = {
+                "x": rng.standard_normal((2, 2)).astype(np.float32),
+                "y": rng.standard_normal((2, 2)).astype(np.float32),
+                "k": np.array(flag),
+            }
+            np.testing.assert_array_equal(_run(folded, feeds)[0], _run(proto, feeds)[0])
+
+
+def test_a_factor_masked_twice_keeps_its_numbers():
+    def fn(a):  # lax's Cholesky keeps the upper triangle; tril drops it again
+        return jnp.tril(jax.lax.linalg.cholesky(a, symmetrize_input=False))
+
+    a = np.array([[4.0, 1.0, 0.5], [1.0, 3.0, 0.2], [0.5, 0.2, 2.0]], np.float32)
+    bad = a.copy()
+    bad[2, 2] = -1.0  # not positive definite: NaN everywhere
+    model = to_onnx(fn, [a])
+    onnx.checker.check_model(model, full_check=True)
+    # two per column but the last (one), the kept triangle, the NaN; the second tril goes
+    assert _ops(model.graph).count("Where") == 2 + 2 + 1 + 1 + 1
+    for m in (a, bad):
+        (got,) = _run(model, {"in_0": m})
+        np.testing.assert_allclose(got, np.asarray(fn(m)), rtol=1e-6, atol=1e-6)
+
+
 def test_integer_identities_go():
     x = np.array([0, -1, 7, np.iinfo(np.int32).max, np.iinfo(np.int32).min], np.int32)
     for op, const in (("Add", 0), ("Sub", 0), ("Mul", 1), ("Div", 1)):

@@ -4,7 +4,7 @@ Models that jax2onnx does not intercept (a layer norm written in ``jnp``, an
 activation captured in a table at import time) lower op by op. This pass
 first brings the lowered graph to canonical forms (:mod:`.canonical`; NaN and
 finiteness tests in fewer nodes, :mod:`.finite`; reads by constant indices,
-:mod:`.reads`), then
+:mod:`.reads`; selections a selection around them decides, :mod:`.selects`), then
 replaces known patterns with the single ONNX op that computes them
 (:mod:`.layer_norm`, :mod:`.keras_norm`, :mod:`.group_norm`, :mod:`.rms_norm`)
 and folds inference batch norms into the product before them
@@ -47,6 +47,7 @@ from jax2onnx.passes.fusion import (
     rectifiers,
     rms_norm,
     rotary,
+    selects,
     softmax,
     softplus,
 )
@@ -57,7 +58,7 @@ Rewrite = tuple[Sequence[str], Callable[[Any, ir.Node], bool]]
 
 # applied in this order; each group until nothing changes
 GROUPS: tuple[tuple[Rewrite, ...], ...] = (
-    canonical.REWRITES + finite.REWRITES + reads.REWRITES,
+    canonical.REWRITES + finite.REWRITES + reads.REWRITES + selects.REWRITES,
     layer_norm.REWRITES + keras_norm.REWRITES,
     gelu.REWRITES + hard_sigmoid.REWRITES + softplus.REWRITES,  # activations
     group_norm.REWRITES,

@@ -490,8 +490,35 @@ def arithmetic_identity(ctx: Any, op: ir.Node) -> bool:
     return False
 
 
+def signed_product(ctx: Any, outer: ir.Node) -> bool:
+    """``(x * c) * s`` with every element of ``s`` +1 or -1 is ``x * (c * s)``: a sign
+    flip commutes with rounding, so the bits stay (a vectorised sum of differences)."""
+    shape = shape_of(outer.outputs[0])
+    for k in (0, 1):
+        signs, inner = constant(outer.inputs[k]), producer(outer.inputs[1 - k], "Mul")
+        if shape is None or signs is None or inner is None or signs.dtype.kind != "f":
+            continue
+        middle = outer.inputs[1 - k]
+        if signs.size == 0 or not np.all(np.abs(signs) == 1) or inner.graph is not ctx.graph:
+            continue
+        if len(middle.uses()) != 1 or middle.is_graph_output():
+            continue
+        for j in (0, 1):
+            factor, x = constant(inner.inputs[j]), inner.inputs[1 - j]
+            if factor is None or factor.dtype != signs.dtype or shape_of(x) is None:
+                continue
+            signed = factor * signs
+            if broadcast([shape_of(x), signed.shape]) != shape:
+                continue
+            inner.replace_input_with(j, ctx.constant(signed.astype(signs.dtype), "signed"))
+            middle.shape = ir.Shape(list(outer.outputs[0].shape))
+            return take_place(outer, middle)  # same graph, read only here: always
+    return False
+
+
 REWRITES = (
     (tuple(_NEUTRAL), arithmetic_identity),
+    (("Mul",), signed_product),
     (("And", "Or"), constant_logic),
     (("Not",), double_not),
     (("Squeeze",), squeeze_of_unsqueeze),

@@ -8,6 +8,9 @@
 * a ``Gather`` or ``GatherElements`` whose constant indices read every element
   in place (``x[[0, 1, 2]]`` of a length-3 axis, what a permutation of a static
   tree order leaves when it is the identity) is its input;
+* a ``Transpose`` read only by Slices that each cut one element (entries of a
+  transposed triangular factor, read one by one by a substitution) goes: each
+  Slice cuts the same element of the untransposed tensor;
 * ``Squeeze(Slice(x))`` that cuts one element on each squeezed axis (an entry
   ``m[..., i, j]`` of a matrix written with slices and a squeeze) is one
   ``Gather`` by a scalar index; two or more adjacent axes are merged by a
@@ -172,7 +175,44 @@ def scatter_into_zeros(ctx: Any, scatter: ir.Node) -> bool:
     return take_place(scatter, scatter.inputs[2])
 
 
+def entries_of_transpose(ctx: Any, transpose: ir.Node) -> bool:
+    """Every reader of ``Transpose(x, perm)`` a Slice cutting one element: Slices of ``x``."""
+    perm = transpose.attributes.get("perm")
+    out = transpose.outputs[0]
+    source = shape_of(transpose.inputs[0])
+    if perm is None or source is None or out.is_graph_output() or not out.uses():
+        return False
+    perm = list(perm.as_ints())
+    shape = tuple(source[p] for p in perm)
+    cuts = []
+    for use in out.uses():
+        cut = use.node
+        if cut.op_type != "Slice" or use.idx != 0 or cut.graph is not ctx.graph:
+            return False
+        picks = _elements(cut, shape)
+        if picks is None or len(picks) != len(shape):
+            return False  # every axis cut to one element: the entry has no layout
+        cuts.append((cut, picks))
+    rank = len(shape)
+    axes = ctx.constant(np.arange(rank, dtype=np.int64), "axes")
+    steps = ctx.constant(np.ones(rank, np.int64), "steps")  # as the lowerings write them
+    for cut, picks in cuts:
+        starts = [0] * rank
+        for axis, index in picks.items():
+            starts[perm[axis]] = index
+        begin = ctx.constant(np.array(starts, np.int64), "entry")
+        end = ctx.constant(np.array(starts, np.int64) + 1, "entry_end")
+        entry = node("Slice", [transpose.inputs[0], begin, end, axes, steps])
+        entry.outputs[0].dtype = cut.outputs[0].dtype
+        entry.outputs[0].shape = ir.Shape([1] * rank)
+        ctx.graph.insert_before(cut, entry)
+        take_place(cut, entry.outputs[0])  # same graph, a new value: always takes it
+    ctx.graph.remove(transpose, safe=True)
+    return True
+
+
 REWRITES = (
+    (("Transpose",), entries_of_transpose),
     (("Expand",), same_shape_expand),
     (("ScatterND",), scatter_into_zeros),
     (("Gather", "GatherElements"), identity_gather),

@@ -1,0 +1,67 @@
+"""Selections decided by a selection around them (canonical group).
+
+``Where(c, ..., ...)`` picks its second operand wherever ``c`` holds, so inside
+that operand a ``Where`` on the same ``c`` (reached through Wheres read only
+there) always picks its own second operand there, and inside the third
+operand its third. A lowering that masks a triangle (``lax.linalg.cholesky``
+keeps the input's strict upper triangle) followed by user code masking the
+same triangle again (``jnp.tril``) leaves such a pair; the inner one goes.
+Every element keeps its value: only selections whose outcome is known go.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from jax2onnx.passes.fusion.canonical import shape_of
+from jax2onnx.passes.fusion.match import constant
+from jax2onnx.values.ir import ir
+
+_DEPTH = 4  # Wheres between the outer one and the repeated one
+
+
+def _same(a: ir.Value, b: ir.Value) -> bool:
+    if a is b:
+        return True
+    x, y = constant(a), constant(b)
+    return x is not None and y is not None and x.shape == y.shape and np.array_equal(x, y)
+
+
+def repeated_condition(ctx: Any, where: ir.Node) -> bool:
+    if len(where.inputs) != 3 or any(v is None for v in where.inputs):
+        return False
+    condition = where.inputs[0]
+    shape = shape_of(where.outputs[0])
+    if shape is None or shape_of(condition) is None:
+        return False
+    changed = False
+    for k in (1, 2):
+        changed |= _decide(ctx.graph, where.inputs[k], condition, k, shape, _DEPTH)
+    return changed
+
+
+def _decide(
+    graph: ir.Graph, value: ir.Value, condition: ir.Value, k: int, shape: tuple, depth: int
+) -> bool:
+    """Within ``value`` (the outer Where's operand ``k``), Wheres on ``condition``."""
+    inner = value.producer()
+    if inner is None or inner.op_type != "Where" or inner.graph is not graph:
+        return False
+    if depth == 0 or len(value.uses()) != 1 or value.is_graph_output():
+        return False
+    if shape_of(value) != shape or any(v is None for v in inner.inputs):
+        return False  # the same element positions all the way
+    if _same(inner.inputs[0], condition) and shape_of(inner.inputs[0]) == shape_of(condition):
+        kept = inner.inputs[k]
+        if shape_of(kept) != shape or kept.dtype != value.dtype:
+            return False
+        use = next(iter(value.uses()))
+        use.node.replace_input_with(use.idx, kept)
+        graph.remove(inner, safe=True)
+        return True
+    return any(_decide(graph, inner.inputs[j], condition, k, shape, depth - 1) for j in (1, 2))
+
+
+REWRITES = ((("Where",), repeated_condition),)
