@@ -11,7 +11,7 @@ from onnx import TensorProto, helper
 
 from jax2onnx import to_onnx
 from jax2onnx.passes import FusePatternsPass
-from jax2onnx.values.ir import ir
+from jax2onnx.values.ir import common, ir
 
 
 def _ops(model):
@@ -87,3 +87,79 @@ def test_entries_of_a_transposed_factor_read_the_factor():
     onnx.checker.check_model(model, full_check=True)
     assert "Transpose" not in _ops(model), _ops(model)
     np.testing.assert_allclose(_run(model, a, b), np.asarray(fn(a, b)), rtol=1e-6, atol=1e-6)
+
+
+def _rewritten(nodes, inputs, output, initializers, passes=(FusePatternsPass,)):
+    graph = helper.make_graph(nodes, "g", inputs, [output], initializer=initializers)
+    proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    model = ir.serde.deserialize_model(onnx.shape_inference.infer_shapes(proto))
+    for each in passes:
+        each()(model)
+    rewritten = ir.serde.serialize_model(model)
+    onnx.checker.check_model(rewritten, full_check=True)
+    return proto, rewritten
+
+
+def _i64(name, values):
+    return helper.make_tensor(name, TensorProto.INT64, [len(values)], values)
+
+
+def test_a_slice_cutting_out_one_stacked_piece_is_the_piece():
+    f = lambda name, shape: helper.make_tensor_value_info(name, TensorProto.FLOAT, shape)  # noqa: E731
+    for start, end, goes in ((2, 5, True), (0, 2, True), (1, 5, False), (2, 4, False)):
+        nodes = [
+            helper.make_node("Concat", ["a", "b"], ["ab"], axis=1),
+            helper.make_node("Slice", ["ab", "s", "e", "x"], ["y"]),
+            helper.make_node("Neg", ["y"], ["out"]),
+        ]
+        inits = [_i64("s", [start]), _i64("e", [end]), _i64("x", [1])]
+        proto, rewritten = _rewritten(
+            nodes, [f("a", [3, 2]), f("b", [3, 3])], f("out", None), inits
+        )
+        assert ("Slice" not in _ops(rewritten)) == goes, (start, end)
+        a, b = X[0, :3, :2].copy(), X[1, :3, :3].copy()
+        np.testing.assert_array_equal(_run(rewritten, a, b), _run(proto, a, b))
+
+
+def test_empty_pieces_of_a_concat_and_reshapes_of_reshapes_go():
+    f = lambda name, shape: helper.make_tensor_value_info(name, TensorProto.FLOAT, shape)  # noqa: E731
+    nodes = [
+        helper.make_node("Concat", ["none", "a", "none"], ["c"], axis=0),  # is a
+        helper.make_node("Unsqueeze", ["c", "zero"], ["u"]),  # [1, 4, 2]
+        helper.make_node("Reshape", ["u", "shape"], ["r"]),  # back to [4, 2]
+        helper.make_node("Neg", ["r"], ["out"]),
+    ]
+    inits = [
+        helper.make_tensor("none", TensorProto.FLOAT, [0, 2], []),
+        _i64("zero", [0]),
+        _i64("shape", [4, 2]),
+    ]
+    passes = (FusePatternsPass, common.RemoveUnusedNodesPass)
+    proto, rewritten = _rewritten(nodes, [f("a", [4, 2])], f("out", [4, 2]), inits, passes)
+    assert _ops(rewritten) == ["Neg"], _ops(rewritten)
+    a = X[0, :4, :2].copy()
+    np.testing.assert_array_equal(_run(rewritten, a), _run(proto, a))
+
+
+def test_a_transpose_moving_only_unit_axes_is_a_reshape_or_nothing():
+    from jax2onnx.passes import FoldReshapesPass, FoldTransposesPass
+
+    f = lambda name, shape: helper.make_tensor_value_info(name, TensorProto.FLOAT, shape)  # noqa: E731
+    cases = [  # perm, input shape, what is left
+        ([1, 0, 2], [1, 1, 3], ["Neg"]),
+        ([1, 0], [4, 1], ["Reshape", "Neg"]),
+        ([2, 0, 1], [1, 3, 2], ["Transpose", "Neg"]),  # 3 and 2 change places
+    ]
+    for perm, shape, left in cases:
+        nodes = [
+            helper.make_node("Transpose", ["a"], ["t"], perm=perm),
+            helper.make_node("Neg", ["t"], ["out"]),
+        ]
+        proto, rewritten = _rewritten(
+            nodes, [f("a", shape)], f("out", None), [], (FoldTransposesPass, FoldReshapesPass)
+        )
+        assert _ops(rewritten) == left, (perm, shape)
+        a = np.arange(np.prod(shape), dtype=np.float32).reshape(shape)
+        got, want = _run(rewritten, a), _run(proto, a)
+        assert got.shape == want.shape
+        np.testing.assert_array_equal(got, want)

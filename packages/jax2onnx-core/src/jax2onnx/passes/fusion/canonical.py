@@ -18,9 +18,12 @@
   so is a Squeeze back to ``x``'s shape of a ``Reshape(x)``, and with ops that
   work element by element between the two (a gather index cast and clamped)
   those ops work on ``x``;
-  a one-input ``Concat`` is its input; a ``ReduceMax``/``Min``/``Sum``/
+  a one-input ``Concat`` is its input (inputs empty along its axis dropped);
+  a ``ReduceMax``/``Min``/``Sum``/
   ``Mean``/``Prod`` over axes of size 1 is its input, squeezed without
-  ``keepdims``; ``Cast(Cast(b, T), bool)`` of a bool ``b`` is ``b``;
+  ``keepdims``; a Reshape of an Unsqueeze/Squeeze/Reshape to a fully given
+  shape reshapes the source (and goes when that is the source's shape);
+  ``Cast(Cast(b, T), bool)`` of a bool ``b`` is ``b``;
   ``And(x, True)`` and ``Or(x, False)`` are ``x`` (a constant flag of a
   solver's options, a batch of one);
 * arithmetic identities, as XLA's algebraic simplifier applies them (so the
@@ -41,6 +44,7 @@ from jax2onnx.passes.fusion.match import (
     Match,
     constant,
     int_attr,
+    ints,
     node,
     producer,
     rank,
@@ -388,7 +392,45 @@ def squeeze_of_unsqueeze(ctx: Any, squeeze: ir.Node) -> bool:
     return take_place(squeeze, chain[-1].outputs[0])
 
 
+def reshape_of_layout(ctx: Any, reshape: ir.Node) -> bool:
+    """``Reshape(layout(x), shape)`` of an Unsqueeze, Squeeze or Reshape is ``Reshape(x,
+    shape)`` for a fully given ``shape`` (element order never changes), and ``x`` itself
+    when that is ``x``'s shape (in every graph, after the passes that make such chains)."""
+    target = ints(reshape.inputs[1]) if len(reshape.inputs) == 2 else None
+    inner = producer(reshape.inputs[0], "Unsqueeze", "Squeeze", "Reshape")
+    if target is None or inner is None or any(d <= 0 for d in target):
+        return False
+    source = inner.inputs[0]
+    if shape_of(source) == tuple(target):
+        return _stand_in(ctx, reshape, source, same=True)
+    if inner.graph is not ctx.graph:
+        return False
+    reshape.replace_input_with(0, source)
+    return True
+
+
 def lone_concat(ctx: Any, concat: ir.Node) -> bool:
+    """A one-input Concat is its input; inputs empty along the axis are dropped first."""
+    shapes = [shape_of(v) for v in concat.inputs]
+    axis = concat.attributes.get_int("axis", 0)
+    empty = [
+        k
+        for k, shape in enumerate(shapes)
+        if shape and isinstance(shape[axis % len(shape)], int) and shape[axis % len(shape)] == 0
+    ]
+    if empty and len(empty) < len(concat.inputs):
+        kept = [v for k, v in enumerate(concat.inputs) if k not in empty]
+        if len(kept) == 1:
+            return _stand_in(ctx, concat, kept[0])
+        replacement = node("Concat", kept, axis=axis)
+        replacement.outputs[0].dtype = concat.outputs[0].dtype
+        shape = concat.outputs[0].shape
+        replacement.outputs[0].shape = None if shape is None else ir.Shape(list(shape))
+        ctx.graph.insert_before(concat, replacement)
+        if take_place(concat, replacement.outputs[0]):
+            return True
+        ctx.graph.remove(replacement, safe=True)
+        return False
     return len(concat.inputs) == 1 and _stand_in(ctx, concat, concat.inputs[0], same=True)
 
 
@@ -523,6 +565,7 @@ REWRITES = (
     (("Not",), double_not),
     (("Squeeze",), squeeze_of_unsqueeze),
     (("Concat",), lone_concat),
+    (("Reshape",), reshape_of_layout),
     (_KEEPING, unit_reduction),
     (("Cast",), bool_round_trip),
     (("Unsqueeze",), keepdims_reduction),

@@ -11,6 +11,8 @@
 * a ``Transpose`` read only by Slices that each cut one element (entries of a
   transposed triangular factor, read one by one by a substitution) goes: each
   Slice cuts the same element of the untransposed tensor;
+* a ``Slice`` of a ``Concat`` that cuts out exactly one of its inputs is that
+  input (a substitution reading back the rows it just stacked);
 * ``Squeeze(Slice(x))`` that cuts one element on each squeezed axis (an entry
   ``m[..., i, j]`` of a matrix written with slices and a squeeze) is one
   ``Gather`` by a scalar index; two or more adjacent axes are merged by a
@@ -211,7 +213,43 @@ def entries_of_transpose(ctx: Any, transpose: ir.Node) -> bool:
     return True
 
 
+def piece_of_concat(ctx: Any, cut: ir.Node) -> bool:
+    """``Slice(Concat(a, b, c), ...)`` on the Concat's axis cutting out exactly ``b``."""
+    stack = cut.inputs[0].producer() if cut.inputs[0] is not None else None
+    if stack is None or stack.op_type != "Concat" or stack.domain not in ("", "ai.onnx"):
+        return False
+    whole = shape_of(cut.inputs[0])
+    if whole is None or not whole:
+        return False
+    axis = stack.attributes.get_int("axis", 0) % len(whole)
+    starts, ends = ints(cut.inputs[1]), ints(cut.inputs[2])
+    axes = ints(cut.inputs[3]) if len(cut.inputs) > 3 and cut.inputs[3] is not None else None
+    steps = ints(cut.inputs[4]) if len(cut.inputs) > 4 and cut.inputs[4] is not None else None
+    if starts is None or ends is None or len(starts) != 1:
+        return False
+    if (axes is not None and axes[0] % len(whole) != axis) or (axes is None and axis != 0):
+        return False
+    if steps is not None and steps != [1]:
+        return False
+    offset = 0
+    for piece in stack.inputs:
+        shape = shape_of(piece)
+        if shape is None or not isinstance(shape[axis], int):
+            return False
+        if (starts[0], ends[0]) == (offset, offset + shape[axis]):
+            return piece.dtype == cut.outputs[0].dtype and _take(ctx, cut, piece, shape)
+        offset += shape[axis]
+    return False
+
+
+def _take(ctx: Any, cut: ir.Node, piece: ir.Value, shape: tuple[Any, ...]) -> bool:
+    if shape_of(cut.outputs[0]) not in (None, shape):
+        return False
+    return take_place(cut, piece)
+
+
 REWRITES = (
+    (("Slice",), piece_of_concat),
     (("Transpose",), entries_of_transpose),
     (("Expand",), same_shape_expand),
     (("ScatterND",), scatter_into_zeros),
