@@ -290,6 +290,72 @@ def test_a_carry_shifted_into_another_is_returned_without_a_copy():
         np.testing.assert_allclose(out, np.asarray(want), rtol=1e-5, atol=1e-6)
 
 
+def test_a_carry_set_to_a_constant_each_step_is_a_constant_of_the_body():
+    def fn(x):
+        def body(carry):  # the flag is reset every step: a constant, not a copy per step
+            i, a, flag = carry
+            a = jax.lax.cond(flag, lambda v: v * 0.5, lambda v: jnp.sin(v), a)
+            return i + 1, a + x, jnp.bool_(False)
+
+        return jax.lax.while_loop(lambda k: k[0] < _dynamic_trips(x), body, (0, x, True))[1:]
+
+    x = np.linspace(-1.0, 1.0, 3, dtype=np.float32)
+    model, got = _run_loop(fn, x)
+    onnx.checker.check_model(model, full_check=True)
+    body = _loop_body(model)
+    assert "Identity" not in [n.op_type for n in body.node], [n.op_type for n in body.node]
+    assert body.output[3].name in {t.name for t in body.initializer}
+    for out, want in zip(got, jax.jit(fn)(x), strict=True):
+        np.testing.assert_allclose(out, np.asarray(want), rtol=1e-5, atol=1e-6)
+
+
+def test_a_body_reads_the_main_graph_constant_equal_to_its_own():
+    from onnx import TensorProto, helper
+
+    from jax2onnx.passes import DeduplicateWeightsPass
+    from jax2onnx.values.ir import ir
+
+    vector = lambda name: helper.make_tensor_value_info(name, TensorProto.FLOAT, [2])  # noqa: E731
+    body = helper.make_graph(
+        [
+            helper.make_node("Mul", ["c_in", "two_in_body"], ["c_out"]),
+            helper.make_node("Identity", ["cond_in"], ["cond_out"]),
+        ],
+        "body",
+        [
+            helper.make_tensor_value_info("i", TensorProto.INT64, []),
+            helper.make_tensor_value_info("cond_in", TensorProto.BOOL, []),
+            vector("c_in"),
+        ],
+        [helper.make_tensor_value_info("cond_out", TensorProto.BOOL, []), vector("c_out")],
+        initializer=[helper.make_tensor("two_in_body", TensorProto.FLOAT, [2], [2.0, 2.0])],
+    )
+    graph = helper.make_graph(
+        [
+            helper.make_node("Mul", ["x", "two"], ["y"]),
+            helper.make_node("Loop", ["n", "go", "y"], ["out"], body=body),
+        ],
+        "main",
+        [helper.make_tensor_value_info("n", TensorProto.INT64, []), vector("x")],
+        [vector("out")],
+        initializer=[
+            helper.make_tensor("go", TensorProto.BOOL, [], [True]),
+            helper.make_tensor("two", TensorProto.FLOAT, [2], [2.0, 2.0]),
+        ],
+    )
+    proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    model = ir.serde.deserialize_model(proto)
+    DeduplicateWeightsPass()(model)
+    deduplicated = ir.serde.serialize_model(model)
+    onnx.checker.check_model(deduplicated, full_check=True)
+    assert not deduplicated.graph.node[1].attribute[0].g.initializer
+    feeds = {"n": np.array(3, np.int64), "x": np.array([0.5, -1.0], np.float32)}
+    run = lambda p: ort.InferenceSession(  # noqa: E731
+        p.SerializeToString(), providers=["CPUExecutionProvider"]
+    ).run(None, feeds)[0]
+    np.testing.assert_array_equal(run(deduplicated), run(proto))
+
+
 def test_integer_division_stays_in_a_loop_that_may_not_run():
     """ONNX Runtime fails on an integer Div by zero: in front of a Loop of no steps it would."""
     from onnx import TensorProto, helper

@@ -142,9 +142,10 @@ def test_empty_pieces_of_a_concat_and_reshapes_of_reshapes_go():
 
 
 def test_a_transpose_moving_only_unit_axes_is_a_reshape_or_nothing():
-    from jax2onnx.passes import FoldReshapesPass, FoldTransposesPass
+    from jax2onnx.passes.fusion import AFTER_GATHERS
 
     f = lambda name, shape: helper.make_tensor_value_info(name, TensorProto.FLOAT, shape)  # noqa: E731
+    late = lambda: FusePatternsPass(groups=AFTER_GATHERS)  # noqa: E731
     cases = [  # perm, input shape, what is left
         ([1, 0, 2], [1, 1, 3], ["Neg"]),
         ([1, 0], [4, 1], ["Reshape", "Neg"]),
@@ -155,11 +156,77 @@ def test_a_transpose_moving_only_unit_axes_is_a_reshape_or_nothing():
             helper.make_node("Transpose", ["a"], ["t"], perm=perm),
             helper.make_node("Neg", ["t"], ["out"]),
         ]
-        proto, rewritten = _rewritten(
-            nodes, [f("a", shape)], f("out", None), [], (FoldTransposesPass, FoldReshapesPass)
-        )
+        proto, rewritten = _rewritten(nodes, [f("a", shape)], f("out", None), [], (late,))
         assert _ops(rewritten) == left, (perm, shape)
         a = np.arange(np.prod(shape), dtype=np.float32).reshape(shape)
         got, want = _run(rewritten, a), _run(proto, a)
         assert got.shape == want.shape
         np.testing.assert_array_equal(got, want)
+
+
+def test_a_stack_of_stacks_is_one_concat_and_a_reshape():
+    def fn(v):  # a 3x3 matrix per row of v, built entry by entry, each its own way
+        c = [v[:, k] for k in range(9)]
+        entries = [jnp.sin(c[0]), c[1] * c[2], c[3] - c[4], jnp.cos(c[5]), c[6] + 1.0]
+        entries += [jnp.exp(c[7]), c[8] * c[0], c[2] - 3.0, jnp.tanh(c[4])]
+        rows = [jnp.stack(entries[3 * i : 3 * i + 3], axis=1) for i in range(3)]
+        return jnp.stack(rows, axis=1)
+
+    v = X.reshape(3, 20)[:, :9].copy()
+    model = to_onnx(fn, [v])
+    onnx.checker.check_model(model, full_check=True)
+    ops = _ops(model)
+    np.testing.assert_array_equal(_run(model, v), np.asarray(fn(v)))
+    assert ops.count("Concat") == 1 and ops.count("Reshape") == 1, ops
+
+
+def test_a_padded_scatter_cut_back_writes_the_rows_themselves():
+    f = lambda name, shape: helper.make_tensor_value_info(name, TensorProto.FLOAT, shape)  # noqa: E731
+    cases = [  # rows written, whether the pad and the cut go
+        ([1, 2], True),
+        ([3, 0], True),
+        ([4, 1], False),  # the pad row itself is written: it stays
+    ]
+    for rows, goes in cases:
+        nodes = [
+            helper.make_node("Slice", ["x", "zero", "one"], ["pad"]),
+            helper.make_node("Concat", ["x", "pad"], ["padded"], axis=0),
+            helper.make_node("ScatterND", ["padded", "rows", "u"], ["written"]),
+            helper.make_node("Slice", ["written", "zero", "four"], ["cut"]),
+            helper.make_node("Neg", ["cut"], ["out"]),
+        ]
+        inits = [
+            _i64("zero", [0]),
+            _i64("one", [1]),
+            _i64("four", [4]),
+            helper.make_tensor("rows", TensorProto.INT64, [2, 1], rows),
+        ]
+        proto, rewritten = _rewritten(
+            nodes,
+            [f("x", [4, 2]), f("u", [2, 2])],
+            f("out", [4, 2]),
+            inits,
+            (FusePatternsPass, common.RemoveUnusedNodesPass),
+        )
+        assert (_ops(rewritten) == ["ScatterND", "Neg"]) == goes, (rows, _ops(rewritten))
+        x, u = X[0, :4, :2].copy(), X[1, :2, :2].copy()
+        np.testing.assert_array_equal(_run(rewritten, x, u), _run(proto, x, u))
+
+
+def test_a_matrix_product_written_out_term_by_term_is_one_matmul():
+    def fn(a, b):  # three 3x3 products written as MJX's matmul_unroll writes them
+        rows = []
+        for i in range(3):
+            rows.append(
+                jnp.stack(
+                    [sum(a[:, i, k] * b[:, k, j] for k in range(3)) for j in range(3)], axis=1
+                )
+            )
+        return jnp.stack(rows, axis=1)
+
+    rng = np.random.default_rng(7)
+    a, b = (rng.standard_normal((4, 3, 3)).astype(np.float32) for _ in range(2))
+    model = to_onnx(fn, [a, b])
+    onnx.checker.check_model(model, full_check=True)
+    assert _ops(model) == ["MatMul"], _ops(model)
+    np.testing.assert_allclose(_run(model, a, b), np.asarray(fn(a, b)), rtol=1e-6, atol=1e-6)

@@ -53,7 +53,7 @@ from __future__ import annotations
 
 from jax2onnx.passes.bodies import MergeBodyDuplicatesPass, drop_unused_initializers
 from jax2onnx.passes.constants import FoldConstantsPass
-from jax2onnx.passes.fusion import FusePatternsPass
+from jax2onnx.passes.fusion import AFTER_GATHERS, FusePatternsPass
 from jax2onnx.passes.gathers import ComposeGathersPass
 from jax2onnx.passes.gemm import FuseMatMulAddPass
 from jax2onnx.passes.identities import EliminateIdentitiesPass, ForwardLoopCarriesPass
@@ -125,6 +125,7 @@ def optimize(
         common.RemoveUnusedNodesPass(),
         FuseMatMulAddPass(),
         ComposeGathersPass(),  # after the fusions, whose patterns read the Gathers apart
+        FusePatternsPass(normalization_mode, groups=AFTER_GATHERS),  # products of reads
         LiftScalarsPass(),
         common.RemoveUnusedNodesPass(),
         *precision,

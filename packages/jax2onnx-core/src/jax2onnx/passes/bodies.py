@@ -96,11 +96,12 @@ def _merge(graph: ir.Graph) -> bool:
 
 
 def drop_unused_initializers(model: ir.Model) -> None:
-    """Initializers of Loop/Scan/If bodies that nothing reads any more (a rewrite in the
-    body made a constant, a later one made it unneeded): onnx_ir's unused-node removal
-    clears only the main graph's, and ONNX Runtime warns about the rest."""
-    for graph in nested_graphs(model.graph):
+    """Initializers that nothing reads any more, of the main graph (a body now holds its
+    own copy, after onnx_ir's unused-node removal ran) and of Loop/Scan/If bodies (a
+    rewrite in the body made a constant, a later one made it unneeded), which onnx_ir
+    does not clear: ONNX Runtime warns about them."""
+    for graph in [model.graph, *nested_graphs(model.graph)]:
         outputs = set(map(id, graph.outputs))
         for name, value in list(graph.initializers.items()):
-            if not value.uses() and id(value) not in outputs:
+            if not value.uses() and id(value) not in outputs and not value.is_graph_input():
                 del graph.initializers[name]

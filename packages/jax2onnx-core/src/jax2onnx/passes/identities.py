@@ -55,15 +55,39 @@ def take_place(node: ir.Node, kept: ir.Value) -> bool:
     return True
 
 
+def _own_constant(graph: ir.Graph, position: int) -> bool:
+    """Output ``position`` of a body or branch, an Identity of an initializer (of an
+    enclosing graph), becomes an initializer of the graph itself: no copy per step."""
+    out = graph.outputs[position]
+    node = out.producer()
+    if node is None or node.op_type != "Identity" or node.domain not in ("", "ai.onnx"):
+        return False
+    source = node.inputs[0] if len(node.inputs) == 1 else None
+    if source is None or source.const_value is None or source.is_graph_input():
+        return False
+    if len(out.uses()) != 0 or sum(v is out for v in graph.outputs) != 1:
+        return False
+    name = out.name
+    kind = out.type or source.type
+    copy = ir.Value(type=kind, shape=source.shape, const_value=source.const_value)
+    graph.outputs[position] = copy
+    graph.remove(node, safe=True)
+    copy.name = name
+    graph.register_initializer(copy)
+    return True
+
+
 class ForwardLoopCarriesPass(ir.passes.InPlacePass):
     """A Loop body returns a carry or its condition as the body input it copies, not
     through an ``Identity`` (a carry shifted into another, the condition passed on).
 
     Only the condition and the carried outputs: ONNX Runtime aliases a body input
     returned as a scan output, so every step's slot would hold the last step's value,
-    and those Identities stay. So do Identities of values of enclosing graphs and of
-    initializers (the checker wants a body's outputs computed or input there), and of
-    an input the body already returns elsewhere (one name, one output). ONNX Runtime
+    and those Identities stay. So do Identities of values of enclosing graphs (the
+    checker wants a body's outputs computed or input there) and of an input the body
+    already returns elsewhere (one name, one output). A carry that is a constant (a
+    reset counter, a flag set again each step), and an If branch's output that is
+    one, becomes a constant of the body or branch. ONNX Runtime
     runs each Identity as a copy per step; without it the step is faster.
     """
 
@@ -73,6 +97,13 @@ class ForwardLoopCarriesPass(ir.passes.InPlacePass):
             for node in list(ir.traversal.RecursiveGraphIterator(root)):
                 if node.op_type == "Loop" and node.domain in ("", "ai.onnx"):
                     modified |= self._forward(node)
+                if node.op_type == "If" and node.domain in ("", "ai.onnx"):
+                    for name in ("then_branch", "else_branch"):
+                        branch = node.attributes.get(name)
+                        if branch is not None:
+                            graph = branch.as_graph()
+                            for position in range(len(graph.outputs)):
+                                modified |= _own_constant(graph, position)
         return ir.passes.PassResult(model, modified=modified)
 
     @staticmethod
@@ -89,6 +120,9 @@ class ForwardLoopCarriesPass(ir.passes.InPlacePass):
             if node is None or node.op_type != "Identity" or node.domain not in ("", "ai.onnx"):
                 continue
             source = node.inputs[0] if len(node.inputs) == 1 else None
+            if _own_constant(body, position):  # a constant carry (a reset counter)
+                modified = True
+                continue
             if source is None or not source.is_graph_input() or source not in body.inputs:
                 continue
             if source.is_graph_output() or len(out.uses()) != 0:

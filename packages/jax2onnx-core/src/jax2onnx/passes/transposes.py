@@ -25,7 +25,7 @@ import itertools
 import numpy as np
 
 from jax2onnx.passes.bodies import nested_graphs
-from jax2onnx.passes.fusion.match import initializer, new_constant
+from jax2onnx.passes.fusion.match import initializer
 from jax2onnx.values.ir import ir
 
 _UNARY = frozenset(
@@ -425,45 +425,7 @@ class FoldTransposesPass(ir.passes.InPlacePass):
             self._merge(graph)
         for body in nested_graphs(graph):  # Loop/If bodies: pairs merge, nothing moves
             modified |= self._merge(body, nested=True)
-        for each in [graph, *nested_graphs(graph)]:
-            modified |= self._relabel(each)
         return ir.passes.PassResult(model, modified)
-
-    @staticmethod
-    def _relabel(graph: ir.Graph) -> bool:
-        """A Transpose that moves only axes of size 1 is a Reshape (static shapes), or
-        nothing when the shape stays: Reshape chains then collapse (FoldReshapesPass)."""
-        modified = False
-        for node in list(graph):
-            perm = _perm(node)
-            source = node.inputs[0].shape if perm is not None else None
-            if source is None or not all(isinstance(d, int) for d in source):
-                continue
-            dims = list(source)
-            kept = [p for p in perm if dims[p] != 1]
-            if kept != sorted(kept):
-                continue  # the other axes change order: a real transpose
-            target = [dims[p] for p in perm]
-            out = node.outputs[0]
-            if target == dims and not out.is_graph_output():
-                ir.convenience.replace_all_uses_with(out, node.inputs[0])
-                graph.remove(node, safe=True)
-                modified = True
-                continue
-            target_shape = new_constant(graph, np.array(target, np.int64), "relabel")
-            reshape = ir.Node("", "Reshape", [node.inputs[0], target_shape], num_outputs=1)
-            reshape.outputs[0].dtype = out.dtype
-            reshape.outputs[0].shape = ir.Shape(target)
-            graph.insert_before(node, reshape)
-            name = out.name
-            ir.convenience.replace_all_uses_with(
-                out, reshape.outputs[0], replace_graph_outputs=True
-            )
-            graph.remove(node, safe=True)
-            if reshape.outputs[0].is_graph_output():
-                reshape.outputs[0].name = name
-            modified = True
-        return modified
 
     @staticmethod
     def _sink(graph: ir.Graph, opset: int) -> bool:

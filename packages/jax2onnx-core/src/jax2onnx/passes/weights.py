@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from jax2onnx.passes.bodies import nested_graphs
 from jax2onnx.values.ir import ir
 
 
@@ -11,16 +12,25 @@ class DeduplicateWeightsPass(ir.passes.InPlacePass):
     """Initializers equal in dtype, shape and every byte become one, whatever their size.
 
     onnx_ir's own pass compares the bytes of small tensors only (a copy of
-    each); weights too can repeat (zero biases of a freshly built model,
-    tied tables). Candidates are grouped by a strided sample of at most 64
-    elements, so distinct weights cost a few bytes each; only tensors whose
-    samples agree are compared in full, on views of their arrays (no copies).
+    each); weights too can repeat (zero biases of a freshly built model, tied
+    tables), and a Loop or If body's initializer equal to one of the main
+    graph reads the main graph's (a body sees the enclosing scope). Candidates
+    are grouped by a strided sample of at most 64 elements, so distinct weights
+    cost a few bytes each; only tensors whose samples agree are compared in
+    full, on views of their arrays (no copies).
     """
 
     def call(self, model: ir.Model) -> ir.passes.PassResult:
         modified = False
-        for graph in model.graphs():
-            groups: dict[tuple, list[tuple[ir.Value, np.ndarray]]] = {}
+        outer: dict[tuple, list[tuple[ir.Value, np.ndarray]]] = {}
+        bodies = {id(g) for g in nested_graphs(model.graph)}
+        for graph in [model.graph, *(g for g in model.graphs() if g is not model.graph)]:
+            if graph is model.graph:
+                groups = outer
+            elif id(graph) in bodies:  # reads the main graph's equal constant (outer scope)
+                groups = {k: list(v) for k, v in outer.items()}
+            else:  # a function's graph sees no enclosing scope
+                groups = {}
             for value in tuple(graph.initializers.values()):
                 array = _bytes_of(value)
                 if array is None or value.is_graph_input() or value.is_graph_output():

@@ -6,7 +6,8 @@ first brings the lowered graph to canonical forms (:mod:`.canonical`; NaN and
 finiteness tests in fewer nodes, :mod:`.finite`; reads by constant indices,
 :mod:`.reads`; selections a selection around them decides, :mod:`.selects`), then
 replaces known patterns with the single ONNX op that computes them
-(:mod:`.layer_norm`, :mod:`.keras_norm`, :mod:`.group_norm`, :mod:`.rms_norm`)
+(:mod:`.products`: small matrix products written out; :mod:`.layer_norm`,
+:mod:`.keras_norm`, :mod:`.group_norm`, :mod:`.rms_norm`)
 and folds inference batch norms into the product before them
 (:mod:`.batch_norm_fold`); activations become ``Gelu``, ``HardSigmoid``,
 ``HardSwish``, ``Softplus`` and ``Mish`` (:mod:`.gelu`, :mod:`.hard_sigmoid`,
@@ -35,6 +36,7 @@ import numpy as np
 from jax2onnx.passes.bodies import nested_graphs
 from jax2onnx.passes.fusion import (
     attention,
+    axes,
     batch_norm_fold,
     canonical,
     finite,
@@ -43,6 +45,7 @@ from jax2onnx.passes.fusion import (
     hard_sigmoid,
     keras_norm,
     layer_norm,
+    products,
     reads,
     rectifiers,
     rms_norm,
@@ -58,7 +61,11 @@ Rewrite = tuple[Sequence[str], Callable[[Any, ir.Node], bool]]
 
 # applied in this order; each group until nothing changes
 GROUPS: tuple[tuple[Rewrite, ...], ...] = (
-    canonical.REWRITES + finite.REWRITES + reads.REWRITES + selects.REWRITES,
+    canonical.REWRITES
+    + finite.REWRITES
+    + reads.REWRITES
+    + selects.REWRITES
+    + ((("Reshape",), axes.reshape_of_layout),),
     layer_norm.REWRITES + keras_norm.REWRITES,
     gelu.REWRITES + hard_sigmoid.REWRITES + softplus.REWRITES,  # activations
     group_norm.REWRITES,
@@ -68,7 +75,14 @@ GROUPS: tuple[tuple[Rewrite, ...], ...] = (
     rotary.REWRITES,
     attention.REWRITES,
     rectifiers.REWRITES,  # the patterns above read max/min forms themselves
-    canonical.LATE,  # operands lose the unit axes the patterns above may read
+    axes.LATE,  # operands lose the unit axes the patterns above may read
+)
+# what ComposeGathersPass and the constant folding after the fusions leave (a second
+# FusePatternsPass): products of element reads, reads by indices that became constant
+AFTER_GATHERS: tuple[tuple[Rewrite, ...], ...] = (
+    products.REWRITES,
+    # the product's reads meet the stores; reads by indices constant folding decided
+    axes.AFTER_GATHERS + reads.REWRITES,
 )
 MAX_ROUNDS = 8
 
@@ -89,9 +103,12 @@ class Context:
 class FusePatternsPass(ir.passes.InPlacePass):
     """Rewrite canonical forms, then fuse patterns into single ONNX ops (see the module)."""
 
-    def __init__(self, normalization_mode: str = "auto") -> None:
+    def __init__(
+        self, normalization_mode: str = "auto", groups: tuple[tuple[Rewrite, ...], ...] = GROUPS
+    ) -> None:
         super().__init__()
         self.normalization_mode = normalization_mode
+        self.groups = groups
 
     def call(self, model: ir.Model) -> ir.passes.PassResult:
         opset = model.opset_imports.get("", model.graph.opset_imports.get("", 1))
@@ -99,7 +116,7 @@ class FusePatternsPass(ir.passes.InPlacePass):
         # the main graph, then every Loop/Scan/If body in it, where each node runs per step
         for graph in [model.graph, *nested_graphs(model.graph)]:
             ctx = Context(graph, opset, self.normalization_mode)
-            for group in GROUPS:
+            for group in self.groups:
                 by_type: dict[str, list[Callable[[Any, ir.Node], bool]]] = {}
                 for op_types, rewrite in group:
                     for op_type in op_types:

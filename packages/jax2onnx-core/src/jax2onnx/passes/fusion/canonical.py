@@ -6,9 +6,8 @@
   elements -> ``ReduceMean(x, axes, keepdims=1)`` (JAX's mean is a sum and a
   division);
 * an elementwise op reading ``Expand(a, shape)`` reads ``a`` when the op's own
-  broadcasting gives the same output shape; after the fusions (:data:`LATE`), so
-  does one reading an Unsqueeze, Squeeze or Reshape that only adds or drops
-  leading unit axes (a stack of vectorised lanes given a batch axis);
+  broadcasting gives the same output shape (unit axes and Reshape chains:
+  :mod:`.axes`);
 * ``Where(c, a, b)`` with a constant ``c`` that is all true (all false) is
   ``a`` (``b``) when that has the output's shape (``jnp.var`` guards its
   divisor so);
@@ -21,9 +20,7 @@
   a one-input ``Concat`` is its input (inputs empty along its axis dropped);
   a ``ReduceMax``/``Min``/``Sum``/
   ``Mean``/``Prod`` over axes of size 1 is its input, squeezed without
-  ``keepdims``; a Reshape of an Unsqueeze/Squeeze/Reshape to a fully given
-  shape reshapes the source (and goes when that is the source's shape);
-  ``Cast(Cast(b, T), bool)`` of a bool ``b`` is ``b``;
+  ``keepdims``; ``Cast(Cast(b, T), bool)`` of a bool ``b`` is ``b``;
   ``And(x, True)`` and ``Or(x, False)`` are ``x`` (a constant flag of a
   solver's options, a batch of one);
 * arithmetic identities, as XLA's algebraic simplifier applies them (so the
@@ -164,41 +161,6 @@ def expand_operand(ctx: Any, op: ir.Node) -> bool:
     return changed
 
 
-def _leading_units_only(source: tuple[Any, ...], target: tuple[Any, ...]) -> bool:
-    """Whether the two shapes differ only by leading axes of size 1."""
-    strip = lambda s: s[next((i for i, d in enumerate(s) if d != 1), len(s)) :]  # noqa: E731
-    return strip(source) == strip(target)
-
-
-def unit_axes_operand(ctx: Any, op: ir.Node) -> bool:
-    """An operand that only gains or loses leading unit axes (``Unsqueeze(v, [0])``, a
-    Squeeze or Reshape doing the same) is read as it was, when the op's broadcasting
-    gives the same output shape: right-aligned broadcasting pads leading units itself."""
-    out = shape_of(op.outputs[0])
-    if out is None:
-        return False
-    changed = False
-    for k, value in enumerate(op.inputs):
-        layout = value.producer() if value is not None else None
-        if layout is None or layout.op_type not in ("Unsqueeze", "Squeeze", "Reshape"):
-            continue
-        if layout.domain not in ("", "ai.onnx") or (op.op_type == "PRelu" and k == 1):
-            continue
-        source, target = shape_of(layout.inputs[0]), shape_of(value)
-        if source is None or target is None or not _leading_units_only(source, target):
-            continue
-        inputs = [v if i != k else layout.inputs[0] for i, v in enumerate(op.inputs)]
-        shapes = [shape_of(v) for v in inputs]
-        if any(s is None for s in shapes) or broadcast(shapes) != out:
-            continue
-        op.replace_input_with(k, layout.inputs[0])
-        unused = not value.uses() and not value.is_graph_output()
-        if unused and layout.graph is ctx.graph:
-            ctx.graph.remove(layout, safe=True)
-        changed = True
-    return changed
-
-
 def constant_where(ctx: Any, where: ir.Node) -> bool:
     condition = constant(where.inputs[0])
     if condition is None or condition.dtype != np.bool_ or condition.size == 0:
@@ -300,7 +262,35 @@ def shape_of(value: ir.Value | None, depth: int = 0) -> tuple[Any, ...] | None:
         return tuple(dims)
     if node.op_type.startswith("Reduce") or node.op_type in ("ArgMax", "ArgMin"):
         return _reduced(node, shape_of(node.inputs[0], depth + 1))
+    if node.op_type == "Slice" and len(node.inputs) >= 3:
+        return _sliced(node, shape_of(node.inputs[0], depth + 1))
+    if node.op_type == "Concat":
+        shapes = [shape_of(v, depth + 1) for v in node.inputs]
+        if any(s is None or not s or len(s) != len(shapes[0]) for s in shapes):
+            return None
+        axis = node.attributes.get_int("axis", 0) % len(shapes[0])
+        sizes = [s[axis] for s in shapes]
+        if not all(isinstance(d, int) for d in sizes):
+            return None
+        return (*shapes[0][:axis], sum(sizes), *shapes[0][axis + 1 :])
     return None
+
+
+def _sliced(node: ir.Node, source: tuple[Any, ...] | None) -> tuple[Any, ...] | None:
+    """The shape a Slice with constant bounds cuts from ``source`` (static axes only)."""
+    bounds = [ints(v) if v is not None else None for v in node.inputs[1:5]]
+    if source is None or not source or bounds[0] is None or bounds[1] is None:
+        return None
+    count = len(bounds[0])
+    axes = bounds[2] if len(bounds) > 2 and bounds[2] is not None else list(range(count))
+    steps = bounds[3] if len(bounds) > 3 and bounds[3] is not None else [1] * count
+    dims = list(source)
+    for axis, start, end, step in zip(axes, bounds[0], bounds[1], steps, strict=False):
+        size = dims[axis % len(dims)]
+        if not isinstance(size, int) or step == 0:
+            return None
+        dims[axis % len(dims)] = len(range(size)[slice(start, end, step)])
+    return tuple(dims)
 
 
 def _reduced(node: ir.Node, source: tuple[Any, ...] | None) -> tuple[Any, ...] | None:
@@ -390,23 +380,6 @@ def squeeze_of_unsqueeze(ctx: Any, squeeze: ir.Node) -> bool:
     for op in chain:
         op.outputs[0].shape = None if source.shape is None else ir.Shape(list(source.shape))
     return take_place(squeeze, chain[-1].outputs[0])
-
-
-def reshape_of_layout(ctx: Any, reshape: ir.Node) -> bool:
-    """``Reshape(layout(x), shape)`` of an Unsqueeze, Squeeze or Reshape is ``Reshape(x,
-    shape)`` for a fully given ``shape`` (element order never changes), and ``x`` itself
-    when that is ``x``'s shape (in every graph, after the passes that make such chains)."""
-    target = ints(reshape.inputs[1]) if len(reshape.inputs) == 2 else None
-    inner = producer(reshape.inputs[0], "Unsqueeze", "Squeeze", "Reshape")
-    if target is None or inner is None or any(d <= 0 for d in target):
-        return False
-    source = inner.inputs[0]
-    if shape_of(source) == tuple(target):
-        return _stand_in(ctx, reshape, source, same=True)
-    if inner.graph is not ctx.graph:
-        return False
-    reshape.replace_input_with(0, source)
-    return True
 
 
 def lone_concat(ctx: Any, concat: ir.Node) -> bool:
@@ -565,7 +538,6 @@ REWRITES = (
     (("Not",), double_not),
     (("Squeeze",), squeeze_of_unsqueeze),
     (("Concat",), lone_concat),
-    (("Reshape",), reshape_of_layout),
     (_KEEPING, unit_reduction),
     (("Cast",), bool_round_trip),
     (("Unsqueeze",), keepdims_reduction),
@@ -573,5 +545,3 @@ REWRITES = (
     (BROADCASTING, expand_operand),
     (("Where",), constant_where),
 )
-# after the fusions, whose patterns may read the unit axes (an attention mask's)
-LATE = ((BROADCASTING, unit_axes_operand),)

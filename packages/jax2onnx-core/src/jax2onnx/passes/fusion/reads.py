@@ -13,6 +13,12 @@
   Slice cuts the same element of the untransposed tensor;
 * a ``Slice`` of a ``Concat`` that cuts out exactly one of its inputs is that
   input (a substitution reading back the rows it just stacked);
+* the leading rows cut from a ``ScatterND`` whose constant indices all write
+  inside them are a scatter into those rows (the pad row a lowering adds for
+  writes out of bounds goes, with a constant base too);
+* a stack of stacks along one axis (``jnp.stack([jnp.stack(row, 1) for row in
+  rows], 1)``: a matrix per element built entry by entry) is one Concat of the
+  entries and a Reshape that splits the axis;
 * ``Squeeze(Slice(x))`` that cuts one element on each squeezed axis (an entry
   ``m[..., i, j]`` of a matrix written with slices and a squeeze) is one
   ``Gather`` by a scalar index; two or more adjacent axes are merged by a
@@ -248,8 +254,101 @@ def _take(ctx: Any, cut: ir.Node, piece: ir.Value, shape: tuple[Any, ...]) -> bo
     return take_place(cut, piece)
 
 
+def scatter_within_cut(ctx: Any, cut: ir.Node) -> bool:
+    """``Slice(ScatterND(d, I, u), 0, n)`` on axis 0, ``I`` constant in ``[0, n)``:
+    ``ScatterND(Slice(d, 0, n), I, u)``; the Slice of ``d`` then folds or cuts a piece."""
+    scatter = cut.inputs[0].producer() if cut.inputs[0] is not None else None
+    if scatter is None or scatter.op_type != "ScatterND" or scatter.graph is not ctx.graph:
+        return False
+    data = scatter.inputs[0]
+    if len(scatter.outputs[0].uses()) != 1 or scatter.outputs[0].is_graph_output():
+        return False
+    indices, whole = constant(scatter.inputs[1]), shape_of(data)
+    if indices is None or whole is None or not whole or not isinstance(whole[0], int):
+        return False
+    picks = [ints(v) if v is not None else None for v in cut.inputs[1:]]
+    starts, ends = picks[0], picks[1]
+    axes = picks[2] if len(picks) > 2 else [0]
+    steps = picks[3] if len(picks) > 3 and picks[3] is not None else [1]
+    if starts != [0] or ends is None or len(ends) != 1 or axes != [0] or steps != [1]:
+        return False
+    rows = min(ends[0], whole[0])
+    if rows >= whole[0] or indices.size == 0 or np.any(indices[..., 0] < 0):
+        return False
+    if np.any(indices[..., 0] >= rows):
+        return False
+    inner = node("Slice", [data, *cut.inputs[1:]])
+    inner.outputs[0].dtype = data.dtype
+    inner.outputs[0].shape = ir.Shape([rows, *whole[1:]])
+    attributes = [scatter.attributes[k] for k in scatter.attributes]
+    kept = ir.Node(
+        "", "ScatterND", [inner.outputs[0], *scatter.inputs[1:]], attributes, num_outputs=1
+    )
+    kept.outputs[0].dtype = scatter.outputs[0].dtype
+    kept.outputs[0].shape = ir.Shape([rows, *whole[1:]])
+    kept.metadata_props.update(scatter.metadata_props)
+    ctx.graph.insert_before(cut, [inner, kept])
+    return take_place(cut, kept.outputs[0])
+
+
+def _stacked(value: ir.Value, axis: int, graph: ir.Graph) -> list[ir.Value] | None:
+    """The values ``value`` stacks along ``axis``: ``Concat(Unsqueeze(v_i, [axis]), axis)``
+    read only once, else None. The Unsqueezed values are returned (to be reused)."""
+    concat = value.producer()
+    if concat is None or concat.op_type != "Concat" or concat.graph is not graph:
+        return None
+    if len(value.uses()) != 1 or value.is_graph_output():
+        return None
+    rank = len(shape_of(value) or ())
+    if not rank or concat.attributes.get_int("axis", 0) % rank != axis:
+        return None
+    for piece in concat.inputs:
+        layout = piece.producer()
+        if layout is None or layout.op_type != "Unsqueeze" or ints(layout.inputs[1]) is None:
+            return None
+        if [a % rank for a in ints(layout.inputs[1])] != [axis]:
+            return None
+    return list(concat.inputs)
+
+
+def stack_of_stacks(ctx: Any, outer: ir.Node) -> bool:
+    """``stack_a(stack_a(x_kj over j) over k)``: ``Reshape(Concat_a(Unsqueeze_a(x_kj)))``."""
+    shape = shape_of(outer.outputs[0])
+    if shape is None or not shape or not all(isinstance(d, int) for d in shape):
+        return False
+    axis = outer.attributes.get_int("axis", 0) % len(shape)
+    entries: list[ir.Value] = []
+    inner_rank = len(shape) - 1
+    for piece in outer.inputs:  # Unsqueeze(row_k, [axis]), row_k a stack along axis
+        layout = piece.producer()
+        if layout is None or layout.op_type != "Unsqueeze" or layout.graph is not ctx.graph:
+            return False
+        axes = ints(layout.inputs[1])
+        if axes is None or [a % len(shape) for a in axes] != [axis]:
+            return False
+        if len(piece.uses()) != 1 or axis >= inner_rank:
+            return False
+        row = _stacked(layout.inputs[0], axis, ctx.graph)
+        if row is None:
+            return False
+        entries.extend(row)
+    if len(outer.inputs) < 2 or len(entries) != shape[axis] * shape[axis + 1]:
+        return False
+    flat = node("Concat", entries, axis=axis)
+    flat.outputs[0].dtype = outer.outputs[0].dtype
+    merged = [*shape[:axis], shape[axis] * shape[axis + 1], *shape[axis + 2 :]]
+    flat.outputs[0].shape = ir.Shape(merged)
+    split = node("Reshape", [flat.outputs[0], ctx.constant(np.array(shape, np.int64), "split")])
+    split.outputs[0].dtype = outer.outputs[0].dtype
+    split.outputs[0].shape = ir.Shape(list(shape))
+    ctx.graph.insert_before(outer, [flat, split])
+    return take_place(outer, split.outputs[0])
+
+
 REWRITES = (
+    (("Concat",), stack_of_stacks),
     (("Slice",), piece_of_concat),
+    (("Slice",), scatter_within_cut),
     (("Transpose",), entries_of_transpose),
     (("Expand",), same_shape_expand),
     (("ScatterND",), scatter_into_zeros),
