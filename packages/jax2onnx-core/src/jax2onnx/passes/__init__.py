@@ -53,6 +53,7 @@ from __future__ import annotations
 
 from jax2onnx.passes.bodies import MergeBodyDuplicatesPass, drop_unused_initializers
 from jax2onnx.passes.constants import FoldConstantsPass
+from jax2onnx.passes.counters import CountLoopTripsPass
 from jax2onnx.passes.fusion import AFTER_GATHERS, FusePatternsPass
 from jax2onnx.passes.gathers import ComposeGathersPass
 from jax2onnx.passes.gemm import FuseMatMulAddPass
@@ -70,6 +71,7 @@ from jax2onnx.values.ir import common, ir
 
 __all__ = [
     "ComposeGathersPass",
+    "CountLoopTripsPass",
     "DeduplicateWeightsPass",
     "EliminateIdentitiesPass",
     "FoldCastsPass",
@@ -127,6 +129,7 @@ def optimize(
         ComposeGathersPass(),  # after the fusions, whose patterns read the Gathers apart
         FusePatternsPass(normalization_mode, groups=AFTER_GATHERS),  # products of reads
         LiftScalarsPass(),
+        CountLoopTripsPass(),  # after the interval pass, which reads the counters' bounds
         common.RemoveUnusedNodesPass(),
         *precision,
         DeduplicateWeightsPass(),

@@ -110,15 +110,25 @@ def _drop_invariant_carries(graph: ir.Graph, loop: ir.Node) -> tuple[ir.Node | N
         else:
             result.replace_all_uses_with(start)
     kept = [j for j in range(carried) if j not in fixed]
+    new = keep_carries(graph, loop, kept)
+    return new, True
+
+
+def keep_carries(graph: ir.Graph, loop: ir.Node, kept: list[int]) -> ir.Node | None:
+    """A Loop like ``loop`` with only the carries ``kept`` (positions among the carries),
+    its scan outputs all kept; the others' results must be unread. None (and ``loop``
+    gone) when nothing is left to run."""
+    body = _body(loop)
+    carried = len(loop.inputs) - 2
     scans = list(range(carried, len(loop.outputs)))
     body.inputs[:] = [*body.inputs[:2], *(body.inputs[2 + j] for j in kept)]
     returned = [body.outputs[1 + j] for j in kept]
     body.outputs[:] = [body.outputs[0], *returned, *body.outputs[1 + carried :]]
     outputs = [loop.outputs[j] for j in [*kept, *scans]]
-    if not outputs:  # every carry was invariant and nothing is scanned: nothing to run
+    if not outputs:  # every carry went and nothing is scanned: nothing to run
         loop.resize_outputs(0)
         graph.remove(loop, safe=True)
-        return None, True
+        return None
     inputs = [loop.inputs[0], loop.inputs[1], *(loop.inputs[2 + j] for j in kept)]
     attributes = list(loop.attributes.values())
     new = ir.Node(
@@ -139,7 +149,7 @@ def _drop_invariant_carries(graph: ir.Graph, loop: ir.Node) -> tuple[ir.Node | N
         value.name = name
     loop.resize_outputs(0)
     graph.remove(loop, safe=True)
-    return new, True
+    return new
 
 
 def _hoistable(node: ir.Node, body: ir.Graph) -> bool:
