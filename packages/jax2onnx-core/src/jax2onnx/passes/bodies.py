@@ -13,7 +13,7 @@ whose outputs are outputs of their graph are left as they are.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from jax2onnx.values.ir import ir
@@ -38,16 +38,32 @@ class MergeBodyDuplicatesPass(ir.passes.InPlacePass):
 def nested_graphs(graph: ir.Graph) -> Iterator[ir.Graph]:
     """Every graph nested in ``graph`` (Loop, Scan and If bodies), at any depth."""
     for node in graph:
-        for attribute in node.attributes.values():
-            if attribute.type is ir.AttributeType.GRAPH:
-                subs = [attribute.value]
-            elif attribute.type is ir.AttributeType.GRAPHS:
-                subs = list(attribute.value)
-            else:
-                continue
-            for sub in subs:
-                yield sub
-                yield from nested_graphs(sub)
+        for sub in subgraphs(node):
+            yield sub
+            yield from nested_graphs(sub)
+
+
+def subgraphs(node: ir.Node) -> list[ir.Graph]:
+    """The graphs ``node`` holds (a Loop's or Scan's body, an If's branches)."""
+    found: list[ir.Graph] = []
+    for attribute in node.attributes.values():
+        if attribute.type is ir.AttributeType.GRAPH:
+            found.append(attribute.value)
+        elif attribute.type is ir.AttributeType.GRAPHS:
+            found.extend(attribute.value)
+    return found
+
+
+def innermost_first(graph: ir.Graph, visit: Callable[[ir.Graph, ir.Node], bool]) -> bool:
+    """``visit(g, node)`` for every node of ``graph`` and of the graphs in it, a node's
+    own graphs before the node (inner loops first); whether any visit changed something."""
+    modified = False
+    for node in list(graph):
+        for sub in subgraphs(node):
+            modified |= innermost_first(sub, visit)
+        if node.graph is graph:  # not removed by a visit of an earlier node
+            modified |= visit(graph, node)
+    return modified
 
 
 def _key(node: ir.Node) -> Any:

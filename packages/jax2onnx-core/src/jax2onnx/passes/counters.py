@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from jax2onnx.passes.bodies import innermost_first, subgraphs
 from jax2onnx.passes.fusion.canonical import shape_of
 from jax2onnx.passes.fusion.match import constant
 from jax2onnx.passes.loops import keep_carries
@@ -45,19 +46,14 @@ class CountLoopTripsPass(ir.passes.InPlacePass):
 
 
 def _visit(graph: ir.Graph) -> bool:
-    modified = False
-    for node in list(graph):
-        for attribute in node.attributes.values():
-            if attribute.type is ir.AttributeType.GRAPH:
-                modified |= _visit(attribute.value)
-            elif attribute.type is ir.AttributeType.GRAPHS:
-                for sub in attribute.value:
-                    modified |= _visit(sub)
-        if node.op_type == "Loop" and node.domain in _ONNX and node.graph is graph:
-            counted = _count(graph, node)
-            loop = _drop_dead_carries(graph, node)
-            modified |= counted or loop is not node
-    return modified
+    return innermost_first(graph, _visit_node)
+
+
+def _visit_node(graph: ir.Graph, node: ir.Node) -> bool:
+    if node.op_type != "Loop" or node.domain not in _ONNX:
+        return False
+    counted = _count(graph, node)
+    return _drop_dead_carries(graph, node) is not node or counted
 
 
 def _body(loop: ir.Node) -> ir.Graph | None:
@@ -241,15 +237,8 @@ def _drop_dead_carries(graph: ir.Graph, loop: ir.Node) -> ir.Node:
 def _reads(node: ir.Node) -> list[ir.Value]:
     """The values ``node`` reads, with those its subgraphs read from enclosing scopes."""
     reads = [v for v in node.inputs if v is not None]
-    for attribute in node.attributes.values():
-        if attribute.type is ir.AttributeType.GRAPH:
-            subs = [attribute.value]
-        elif attribute.type is ir.AttributeType.GRAPHS:
-            subs = list(attribute.value)
-        else:
-            continue
-        for sub in subs:
-            for inner in sub:
-                reads.extend(_reads(inner))
-            reads.extend(v for v in sub.outputs if v is not None)
+    for sub in subgraphs(node):
+        for inner in sub:
+            reads.extend(_reads(inner))
+        reads.extend(v for v in sub.outputs if v is not None)
     return reads

@@ -26,6 +26,7 @@ the If would run it for both.
 
 from __future__ import annotations
 
+from jax2onnx.passes.bodies import innermost_first
 from jax2onnx.values.ir import ir
 
 _RANDOM = frozenset(
@@ -46,19 +47,15 @@ class HoistLoopInvariantsPass(ir.passes.InPlacePass):
 
 
 def _visit(graph: ir.Graph) -> bool:
+    return innermost_first(graph, _visit_node)
+
+
+def _visit_node(graph: ir.Graph, node: ir.Node) -> bool:
     modified = False
-    for node in list(graph):
-        for attribute in node.attributes.values():
-            if attribute.type is ir.AttributeType.GRAPH:
-                modified |= _visit(attribute.value)
-            elif attribute.type is ir.AttributeType.GRAPHS:
-                for sub in attribute.value:
-                    modified |= _visit(sub)
-        if node.op_type == "Loop" and node.domain in ("", "ai.onnx"):
-            node, dropped = _drop_invariant_carries(graph, node)
-            modified |= dropped
-        if node is not None and node.op_type in _LOOPS and node.domain in ("", "ai.onnx"):
-            modified |= _hoist(graph, node)
+    if node.op_type == "Loop" and node.domain in ("", "ai.onnx"):
+        node, modified = _drop_invariant_carries(graph, node)
+    if node is not None and node.op_type in _LOOPS and node.domain in ("", "ai.onnx"):
+        modified |= _hoist(graph, node)
     return modified
 
 
