@@ -91,3 +91,42 @@ def test_a_counter_stepped_by_two_or_bounded_inside_the_body_keeps_its_test():
     (loop,) = _loops(model)
     assert "Less" in _body_ops(loop)
     _check(by_two, [(x,), (x * 0 - 3,)], model)
+
+
+def _skipping_scan(skip_counts: bool):
+    def fn(x, go):
+        def body(carry, _):
+            def step(c):
+                v, _, k = c
+                v = v * 0.5 + 0.01 * jnp.sin(v)
+                return v, jnp.sum(jnp.abs(v)) > 1e-3, k + 1
+
+            def skip(c):  # returns the carries as they came (or counts the skipped steps)
+                return (c[0], c[1], c[2] + 1) if skip_counts else c
+
+            return jax.lax.cond(carry[1], step, skip, carry), None
+
+        (v, _, k), _ = jax.lax.scan(body, (x, go[0], 0), None, length=50)
+        return v, k
+
+    return fn
+
+
+def test_a_scan_that_skips_once_done_stops_when_done():
+    fn = _skipping_scan(skip_counts=False)
+    x = np.linspace(-1.0, 1.0, 3, dtype=np.float32)
+    model = to_onnx(fn, [x, np.array([True])])
+    (loop,) = _loops(model)
+    assert "If" not in _body_ops(loop), _body_ops(loop)
+    # stops after a few steps, after all 50 (a large start), or never starts
+    cases = [(x, [True]), (x * 1e30, [True]), (x * 1e-6, [True]), (x, [False])]
+    _check(fn, [(v, np.array(g)) for v, g in cases], model)
+
+
+def test_a_skipping_branch_that_changes_a_carry_keeps_the_if():
+    fn = _skipping_scan(skip_counts=True)
+    x = np.linspace(-1.0, 1.0, 3, dtype=np.float32)
+    model = to_onnx(fn, [x, np.array([True])])
+    (loop,) = _loops(model)
+    assert "If" in _body_ops(loop), _body_ops(loop)
+    _check(fn, [(x, np.array([True])), (x, np.array([False]))], model)

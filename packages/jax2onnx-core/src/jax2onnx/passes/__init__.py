@@ -40,7 +40,12 @@ written as ``x @ w + b``, two primitives) into one Gemm;
 condition) as the body input it copies instead of through an Identity;
 :class:`LiftScalarsPass` keeps a leading unit axis on scalars read out of a
 vector, computed on and stacked back (an ODE right-hand side written element
-by element), so the Squeeze/Unsqueeze per element go. Every pass is
+by element), so the Squeeze/Unsqueeze per element go;
+:class:`ExitLoopsEarlyPass` lets a Loop that only skips its work once a
+carried flag is false (a ``scan`` of ``cond(go, step, identity)``) stop there;
+:class:`CountLoopTripsPass` gives a Loop bounded by counters stepped by one
+its trip count, drops those tests from its condition and the carries nobody
+needs. Every pass is
 deterministic, so the same input gives a byte-identical model. Last, the
 precision step (:mod:`jax2onnx.passes.precision`): bfloat16 ops ONNX
 Runtime's CPU provider has no kernel for compute in float32 between Casts,
@@ -54,6 +59,7 @@ from __future__ import annotations
 from jax2onnx.passes.bodies import MergeBodyDuplicatesPass, drop_unused_initializers
 from jax2onnx.passes.constants import FoldConstantsPass
 from jax2onnx.passes.counters import CountLoopTripsPass
+from jax2onnx.passes.exits import ExitLoopsEarlyPass
 from jax2onnx.passes.fusion import AFTER_GATHERS, FusePatternsPass
 from jax2onnx.passes.gathers import ComposeGathersPass
 from jax2onnx.passes.gemm import FuseMatMulAddPass
@@ -74,6 +80,7 @@ __all__ = [
     "CountLoopTripsPass",
     "DeduplicateWeightsPass",
     "EliminateIdentitiesPass",
+    "ExitLoopsEarlyPass",
     "FoldCastsPass",
     "FoldConstantsPass",
     "FoldIndexRangesPass",
@@ -129,6 +136,7 @@ def optimize(
         ComposeGathersPass(),  # after the fusions, whose patterns read the Gathers apart
         FusePatternsPass(normalization_mode, groups=AFTER_GATHERS),  # products of reads
         LiftScalarsPass(),
+        ExitLoopsEarlyPass(),
         CountLoopTripsPass(),  # after the interval pass, which reads the counters' bounds
         common.RemoveUnusedNodesPass(),
         *precision,
