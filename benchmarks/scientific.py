@@ -9,8 +9,8 @@ Loop bodies included) and the node executions of one ONNX Runtime call (from
 ORT's profiler: every node run, in Loop and If bodies once per step), each
 with the loop and indexing passes and without them (``HoistLoopInvariantsPass``,
 ``MergeBodyDuplicatesPass``, ``FoldIndexingPass``, ``FoldIndexRangesPass``,
-``ComposeGathersPass``, ``LiftScalarsPass`` and ``ForwardLoopCarriesPass``
-replaced by nothing for one conversion, in this process only), the conversion time
+``ComposeGathersPass``, ``LiftScalarsPass``, ``ForwardLoopCarriesPass``,
+``ExitLoopsEarlyPass`` and ``CountLoopTripsPass`` replaced by nothing for one conversion, in this process only), the conversion time
 (median of 3), ONNX Runtime's latency against ``jax.jit`` of the same function
 on the same input (calls alternating after a warm-up; medians; a default
 session), and the largest absolute difference of the outputs.
@@ -45,6 +45,8 @@ _COMPARED = (
     passes.ComposeGathersPass,
     passes.LiftScalarsPass,
     passes.ForwardLoopCarriesPass,
+    passes.ExitLoopsEarlyPass,
+    passes.CountLoopTripsPass,
 )
 
 

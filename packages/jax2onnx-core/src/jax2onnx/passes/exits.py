@@ -167,6 +167,7 @@ def _inline(body: ir.Graph, test: ir.Node, work: ir.Graph, routes: list, f: int,
 
 def _identity(body: ir.Graph, before: ir.Node, value: ir.Value) -> ir.Value:
     node = ir.Node("", "Identity", [value], num_outputs=1)
-    node.outputs[0].dtype, node.outputs[0].shape = value.dtype, value.shape
+    node.outputs[0].type = value.type
+    node.outputs[0].shape = None if value.shape is None else ir.Shape(list(value.shape))
     body.insert_before(before, node)
     return node.outputs[0]

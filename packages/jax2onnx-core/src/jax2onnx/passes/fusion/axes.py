@@ -92,7 +92,7 @@ def unit_transpose(ctx: Any, transpose: ir.Node) -> bool:
     if tuple(target) == source:
         return _stand_in(ctx, transpose, transpose.inputs[0], same=True)
     reshape = node("Reshape", [transpose.inputs[0], ctx.constant(np.array(target), "relabel")])
-    reshape.outputs[0].dtype = transpose.outputs[0].dtype
+    reshape.outputs[0].type = transpose.outputs[0].type
     reshape.outputs[0].shape = ir.Shape(target)
     ctx.graph.insert_before(transpose, reshape)
     return take_place(transpose, reshape.outputs[0]) or _drop(ctx, reshape)

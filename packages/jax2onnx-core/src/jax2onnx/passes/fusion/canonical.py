@@ -396,7 +396,7 @@ def lone_concat(ctx: Any, concat: ir.Node) -> bool:
         if len(kept) == 1:
             return _stand_in(ctx, concat, kept[0])
         replacement = node("Concat", kept, axis=axis)
-        replacement.outputs[0].dtype = concat.outputs[0].dtype
+        replacement.outputs[0].type = concat.outputs[0].type
         shape = concat.outputs[0].shape
         replacement.outputs[0].shape = None if shape is None else ir.Shape(list(shape))
         ctx.graph.insert_before(concat, replacement)

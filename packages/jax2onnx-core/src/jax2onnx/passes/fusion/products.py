@@ -99,7 +99,7 @@ def unrolled_product(ctx: Any, add: ir.Node) -> bool:
     if a is None or b is None:
         return False
     product = node("MatMul", [a.outputs[0], b.outputs[0]])
-    product.outputs[0].dtype = add.outputs[0].dtype
+    product.outputs[0].type = add.outputs[0].type
     return match.replace([a, b, product], product.outputs[0])
 
 
@@ -117,7 +117,7 @@ def _matrix(ctx: Any, source: ir.Value, index: np.ndarray) -> ir.Node | None:
         read = node("Reshape", [source, target])
     else:
         read = node("Gather", [source, ctx.constant(index, "matrix")], axis=rank - 1)
-    read.outputs[0].dtype = source.dtype
+    read.outputs[0].type = source.type
     read.outputs[0].shape = ir.Shape([*shape[:-1], *index.shape])
     return read
 

@@ -102,7 +102,7 @@ def squeezed_slice(ctx: Any, squeeze: ir.Node) -> bool:
     if len(axes) > 1:  # 0 copies a leading dim; the merged and trailing ones are static
         merged = [0] * first + [math.prod(sizes)] + list(source[last + 1 :])
         reshape = node("Reshape", [data, ctx.constant(np.array(merged, np.int64), "merged")])
-        reshape.outputs[0].dtype = data.dtype
+        reshape.outputs[0].type = data.type
         reshape.outputs[0].shape = ir.Shape(
             [*source[:first], math.prod(sizes), *merged[first + 1 :]]
         )
@@ -111,7 +111,7 @@ def squeezed_slice(ctx: Any, squeeze: ir.Node) -> bool:
     read = node("Gather", [data, ctx.constant(np.array(flat, np.int64), "element")], axis=first)
     added.append(read)
     out = squeeze.outputs[0]
-    read.outputs[0].dtype = out.dtype
+    read.outputs[0].type = out.type
     read.outputs[0].shape = None if out.shape is None else ir.Shape(list(out.shape))
     for new in added:
         ctx.graph.insert_before(squeeze, new)
@@ -211,7 +211,7 @@ def entries_of_transpose(ctx: Any, transpose: ir.Node) -> bool:
         begin = ctx.constant(np.array(starts, np.int64), "entry")
         end = ctx.constant(np.array(starts, np.int64) + 1, "entry_end")
         entry = node("Slice", [transpose.inputs[0], begin, end, axes, steps])
-        entry.outputs[0].dtype = cut.outputs[0].dtype
+        entry.outputs[0].type = cut.outputs[0].type
         entry.outputs[0].shape = ir.Shape([1] * rank)
         ctx.graph.insert_before(cut, entry)
         take_place(cut, entry.outputs[0])  # same graph, a new value: always takes it
@@ -278,13 +278,13 @@ def scatter_within_cut(ctx: Any, cut: ir.Node) -> bool:
     if np.any(indices[..., 0] >= rows):
         return False
     inner = node("Slice", [data, *cut.inputs[1:]])
-    inner.outputs[0].dtype = data.dtype
+    inner.outputs[0].type = data.type
     inner.outputs[0].shape = ir.Shape([rows, *whole[1:]])
     attributes = [scatter.attributes[k] for k in scatter.attributes]
     kept = ir.Node(
         "", "ScatterND", [inner.outputs[0], *scatter.inputs[1:]], attributes, num_outputs=1
     )
-    kept.outputs[0].dtype = scatter.outputs[0].dtype
+    kept.outputs[0].type = scatter.outputs[0].type
     kept.outputs[0].shape = ir.Shape([rows, *whole[1:]])
     kept.metadata_props.update(scatter.metadata_props)
     ctx.graph.insert_before(cut, [inner, kept])
@@ -335,11 +335,11 @@ def stack_of_stacks(ctx: Any, outer: ir.Node) -> bool:
     if len(outer.inputs) < 2 or len(entries) != shape[axis] * shape[axis + 1]:
         return False
     flat = node("Concat", entries, axis=axis)
-    flat.outputs[0].dtype = outer.outputs[0].dtype
+    flat.outputs[0].type = outer.outputs[0].type
     merged = [*shape[:axis], shape[axis] * shape[axis + 1], *shape[axis + 2 :]]
     flat.outputs[0].shape = ir.Shape(merged)
     split = node("Reshape", [flat.outputs[0], ctx.constant(np.array(shape, np.int64), "split")])
-    split.outputs[0].dtype = outer.outputs[0].dtype
+    split.outputs[0].type = outer.outputs[0].type
     split.outputs[0].shape = ir.Shape(list(shape))
     ctx.graph.insert_before(outer, [flat, split])
     return take_place(outer, split.outputs[0])
