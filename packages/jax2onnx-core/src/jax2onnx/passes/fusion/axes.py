@@ -91,7 +91,8 @@ def unit_transpose(ctx: Any, transpose: ir.Node) -> bool:
     target = [source[p] for p in perm]
     if tuple(target) == source:
         return _stand_in(ctx, transpose, transpose.inputs[0], same=True)
-    reshape = node("Reshape", [transpose.inputs[0], ctx.constant(np.array(target), "relabel")])
+    shape = ctx.constant(np.array(target, np.int64), "relabel")
+    reshape = node("Reshape", [transpose.inputs[0], shape])
     reshape.outputs[0].type = transpose.outputs[0].type
     reshape.outputs[0].shape = ir.Shape(target)
     ctx.graph.insert_before(transpose, reshape)
