@@ -356,6 +356,52 @@ def test_a_body_reads_the_main_graph_constant_equal_to_its_own():
     np.testing.assert_array_equal(run(deduplicated), run(proto))
 
 
+def test_a_body_and_its_parent_never_share_a_value_name():
+    from onnx import TensorProto, helper
+
+    from jax2onnx.passes import UniqueNamesPass
+    from jax2onnx.values.ir import common, ir
+
+    vector = lambda name: helper.make_tensor_value_info(name, TensorProto.FLOAT, [2])  # noqa: E731
+    body = helper.make_graph(  # the body names a value "twice" ...
+        [
+            helper.make_node("Add", ["c_in", "c_in"], ["twice"]),
+            helper.make_node("Identity", ["twice"], ["c_out"]),
+            helper.make_node("Identity", ["cond_in"], ["cond_out"]),
+        ],
+        "body",
+        [
+            helper.make_tensor_value_info("i", TensorProto.INT64, []),
+            helper.make_tensor_value_info("cond_in", TensorProto.BOOL, []),
+            vector("c_in"),
+        ],
+        [helper.make_tensor_value_info("cond_out", TensorProto.BOOL, []), vector("c_out")],
+    )
+    graph = helper.make_graph(  # ... and so does the graph around it, after the Loop
+        [
+            helper.make_node("Loop", ["n", "go", "x"], ["looped"], body=body),
+            helper.make_node("Mul", ["looped", "looped"], ["twice"]),
+            helper.make_node("Neg", ["twice"], ["out"]),
+        ],
+        "main",
+        [helper.make_tensor_value_info("n", TensorProto.INT64, []), vector("x")],
+        [vector("out")],
+        initializer=[helper.make_tensor("go", TensorProto.BOOL, [], [True])],
+    )
+    proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    model = ir.serde.deserialize_model(proto)
+    UniqueNamesPass()(model)
+    common.NameFixPass()(model)
+    named = ir.serde.serialize_model(model)
+    onnx.checker.check_model(named, full_check=True)
+    inner = [o for n in named.graph.node[0].attribute[0].g.node for o in n.output]
+    outer = [o for n in named.graph.node for o in n.output]
+    assert not set(inner) & set(outer) and [o.name for o in named.graph.output] == ["out"]
+    session = ort.InferenceSession(named.SerializeToString(), providers=["CPUExecutionProvider"])
+    (got,) = session.run(None, {"n": np.array(2, np.int64), "x": np.array([1.0, -2.0], np.float32)})
+    np.testing.assert_array_equal(got, -np.array([16.0, 64.0], np.float32))
+
+
 def test_integer_division_stays_in_a_loop_that_may_not_run():
     """ONNX Runtime fails on an integer Div by zero: in front of a Loop of no steps it would."""
     from onnx import TensorProto, helper

@@ -56,7 +56,11 @@ May use: values.
 
 from __future__ import annotations
 
-from jax2onnx.passes.bodies import MergeBodyDuplicatesPass, drop_unused_initializers
+from jax2onnx.passes.bodies import (
+    MergeBodyDuplicatesPass,
+    UniqueNamesPass,
+    drop_unused_initializers,
+)
 from jax2onnx.passes.constants import FoldConstantsPass
 from jax2onnx.passes.counters import CountLoopTripsPass
 from jax2onnx.passes.exits import ExitLoopsEarlyPass
@@ -93,6 +97,7 @@ __all__ = [
     "HoistLoopInvariantsPass",
     "LiftScalarsPass",
     "MergeBodyDuplicatesPass",
+    "UniqueNamesPass",
     "VectorizeLanesPass",
     "WidenHalfPrecisionPass",
     "optimize",
@@ -147,6 +152,7 @@ def optimize(
         common.RemoveUnusedNodesPass(),
         ForwardLoopCarriesPass(),
         # values a pass made in a body are named per graph: names unique across the model
+        UniqueNamesPass(),  # onnx_ir's NameFixPass can repeat a body's name in its parent
         common.NameFixPass(),
         common.RemoveUnusedFunctionsPass(),
         common.RemoveUnusedOpsetsPass(),

@@ -121,3 +121,43 @@ def drop_unused_initializers(model: ir.Model) -> None:
         for name, value in list(graph.initializers.items()):
             if not value.uses() and id(value) not in outputs and not value.is_graph_input():
                 del graph.initializers[name]
+
+
+class UniqueNamesPass(ir.passes.InPlacePass):
+    """Every value of the model gets a name no other value has, in any graph.
+
+    ONNX Runtime wants a Loop or If body's names distinct from those of the
+    graphs around it. onnx_ir's ``NameFixPass`` names values graph by graph as
+    it walks them and forgets a body's names when it leaves the body, so a
+    value of the enclosing graph named after the body was walked (one a pass
+    named ``val_6`` before) can repeat a name the body took. This pass names
+    first: the main graph's inputs and outputs keep theirs, every other value
+    without a name or with a name taken gets a fresh one.
+    """
+
+    def call(self, model: ir.Model) -> ir.passes.PassResult:
+        main = model.graph
+        taken = {v.name for v in [*main.inputs, *main.outputs] if v.name}
+        fixed = {id(v) for v in [*main.inputs, *main.outputs]}
+        modified = False
+        counter = 0
+        for graph in [main, *nested_graphs(main)]:
+            values = [*graph.inputs, *graph.initializers.values()]
+            values += [out for node in graph for out in node.outputs]
+            for value in values:
+                if id(value) in fixed:
+                    continue
+                fixed.add(id(value))
+                if value.name and value.name not in taken:
+                    taken.add(value.name)
+                    continue
+                base = value.name or "v"
+                while f"{base}_{counter}" in taken:
+                    counter += 1
+                old, value.name = value.name, f"{base}_{counter}"
+                taken.add(value.name)
+                if value.const_value is not None and old in graph.initializers:
+                    graph.initializers.pop(old)  # re-keyed under the new name
+                    graph.register_initializer(value)
+                modified = True
+        return ir.passes.PassResult(model, modified=modified)
