@@ -54,6 +54,14 @@ def subgraphs(node: ir.Node) -> list[ir.Graph]:
     return found
 
 
+def innermost_first_in(model: ir.Model, visit: Callable[[ir.Graph, ir.Node], bool]) -> bool:
+    """:func:`innermost_first` over the main graph and every function's graph."""
+    modified = False
+    for root in [model.graph, *(f.graph for f in model.functions.values())]:
+        modified |= innermost_first(root, visit)
+    return modified
+
+
 def innermost_first(graph: ir.Graph, visit: Callable[[ir.Graph, ir.Node], bool]) -> bool:
     """``visit(g, node)`` for every node of ``graph`` and of the graphs in it, a node's
     own graphs before the node (inner loops first); whether any visit changed something."""

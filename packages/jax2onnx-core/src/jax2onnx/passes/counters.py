@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from jax2onnx.passes.bodies import innermost_first, subgraphs
+from jax2onnx.passes.bodies import innermost_first_in, subgraphs
 from jax2onnx.passes.fusion.canonical import shape_of
 from jax2onnx.passes.fusion.match import constant
 from jax2onnx.passes.loops import keep_carries
@@ -39,14 +39,7 @@ class CountLoopTripsPass(ir.passes.InPlacePass):
     """Counter tests leave a Loop's condition for its trip count; dead carries go."""
 
     def call(self, model: ir.Model) -> ir.passes.PassResult:
-        modified = False
-        for root in [model.graph, *(f.graph for f in model.functions.values())]:
-            modified |= _visit(root)
-        return ir.passes.PassResult(model, modified=modified)
-
-
-def _visit(graph: ir.Graph) -> bool:
-    return innermost_first(graph, _visit_node)
+        return ir.passes.PassResult(model, modified=innermost_first_in(model, _visit_node))
 
 
 def _visit_node(graph: ir.Graph, node: ir.Node) -> bool:

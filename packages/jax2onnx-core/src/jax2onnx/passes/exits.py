@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from jax2onnx.passes.bodies import innermost_first
+from jax2onnx.passes.bodies import innermost_first_in
 from jax2onnx.passes.fusion.match import constant
 from jax2onnx.values.ir import ir
 
@@ -29,10 +29,7 @@ class ExitLoopsEarlyPass(ir.passes.InPlacePass):
     """A Loop that only skips its work once a carried flag is false stops there instead."""
 
     def call(self, model: ir.Model) -> ir.passes.PassResult:
-        modified = False
-        for root in [model.graph, *(f.graph for f in model.functions.values())]:
-            modified |= innermost_first(root, _visit)
-        return ir.passes.PassResult(model, modified=modified)
+        return ir.passes.PassResult(model, modified=innermost_first_in(model, _visit))
 
 
 def _visit(graph: ir.Graph, loop: ir.Node) -> bool:

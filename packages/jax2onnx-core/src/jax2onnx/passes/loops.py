@@ -26,7 +26,7 @@ the If would run it for both.
 
 from __future__ import annotations
 
-from jax2onnx.passes.bodies import innermost_first
+from jax2onnx.passes.bodies import innermost_first_in
 from jax2onnx.values.ir import ir
 
 _RANDOM = frozenset(
@@ -40,14 +40,7 @@ class HoistLoopInvariantsPass(ir.passes.InPlacePass):
     """Invariant carries leave a Loop, invariant nodes move in front of it (see the module)."""
 
     def call(self, model: ir.Model) -> ir.passes.PassResult:
-        modified = False
-        for root in [model.graph, *(f.graph for f in model.functions.values())]:
-            modified |= _visit(root)
-        return ir.passes.PassResult(model, modified=modified)
-
-
-def _visit(graph: ir.Graph) -> bool:
-    return innermost_first(graph, _visit_node)
+        return ir.passes.PassResult(model, modified=innermost_first_in(model, _visit_node))
 
 
 def _visit_node(graph: ir.Graph, node: ir.Node) -> bool:
