@@ -309,6 +309,24 @@ def test_a_carry_set_to_a_constant_each_step_is_a_constant_of_the_body():
         np.testing.assert_allclose(out, np.asarray(want), rtol=1e-5, atol=1e-6)
 
 
+def _one_carry_body(nodes, carry, initializers=()):
+    """A Loop body (step, condition, one carry ``c_in`` -> ``c_out``) of ``nodes``, its
+    condition passed on; ``carry`` is the carry's value info maker."""
+    from onnx import TensorProto, helper
+
+    return helper.make_graph(
+        [*nodes, helper.make_node("Identity", ["cond_in"], ["cond_out"])],
+        "body",
+        [
+            helper.make_tensor_value_info("i", TensorProto.INT64, []),
+            helper.make_tensor_value_info("cond_in", TensorProto.BOOL, []),
+            carry("c_in"),
+        ],
+        [helper.make_tensor_value_info("cond_out", TensorProto.BOOL, []), carry("c_out")],
+        initializer=list(initializers),
+    )
+
+
 def test_a_body_reads_the_main_graph_constant_equal_to_its_own():
     from onnx import TensorProto, helper
 
@@ -316,19 +334,10 @@ def test_a_body_reads_the_main_graph_constant_equal_to_its_own():
     from jax2onnx.values.ir import ir
 
     vector = lambda name: helper.make_tensor_value_info(name, TensorProto.FLOAT, [2])  # noqa: E731
-    body = helper.make_graph(
-        [
-            helper.make_node("Mul", ["c_in", "two_in_body"], ["c_out"]),
-            helper.make_node("Identity", ["cond_in"], ["cond_out"]),
-        ],
-        "body",
-        [
-            helper.make_tensor_value_info("i", TensorProto.INT64, []),
-            helper.make_tensor_value_info("cond_in", TensorProto.BOOL, []),
-            vector("c_in"),
-        ],
-        [helper.make_tensor_value_info("cond_out", TensorProto.BOOL, []), vector("c_out")],
-        initializer=[helper.make_tensor("two_in_body", TensorProto.FLOAT, [2], [2.0, 2.0])],
+    body = _one_carry_body(
+        [helper.make_node("Mul", ["c_in", "two_in_body"], ["c_out"])],
+        vector,
+        [helper.make_tensor("two_in_body", TensorProto.FLOAT, [2], [2.0, 2.0])],
     )
     graph = helper.make_graph(
         [
@@ -363,19 +372,12 @@ def test_a_body_and_its_parent_never_share_a_value_name():
     from jax2onnx.values.ir import common, ir
 
     vector = lambda name: helper.make_tensor_value_info(name, TensorProto.FLOAT, [2])  # noqa: E731
-    body = helper.make_graph(  # the body names a value "twice" ...
+    body = _one_carry_body(  # the body names a value "twice" ...
         [
             helper.make_node("Add", ["c_in", "c_in"], ["twice"]),
             helper.make_node("Identity", ["twice"], ["c_out"]),
-            helper.make_node("Identity", ["cond_in"], ["cond_out"]),
         ],
-        "body",
-        [
-            helper.make_tensor_value_info("i", TensorProto.INT64, []),
-            helper.make_tensor_value_info("cond_in", TensorProto.BOOL, []),
-            vector("c_in"),
-        ],
-        [helper.make_tensor_value_info("cond_out", TensorProto.BOOL, []), vector("c_out")],
+        vector,
     )
     graph = helper.make_graph(  # ... and so does the graph around it, after the Loop
         [
@@ -410,19 +412,12 @@ def test_integer_division_stays_in_a_loop_that_may_not_run():
     from jax2onnx.values.ir import ir
 
     int_vector = lambda name: helper.make_tensor_value_info(name, TensorProto.INT32, [2])  # noqa: E731
-    body = helper.make_graph(
+    body = _one_carry_body(
         [
             helper.make_node("Div", ["a", "b"], ["q"]),
             helper.make_node("Add", ["c_in", "q"], ["c_out"]),
-            helper.make_node("Identity", ["cond_in"], ["cond_out"]),
         ],
-        "body",
-        [
-            helper.make_tensor_value_info("i", TensorProto.INT64, []),
-            helper.make_tensor_value_info("cond_in", TensorProto.BOOL, []),
-            int_vector("c_in"),
-        ],
-        [helper.make_tensor_value_info("cond_out", TensorProto.BOOL, []), int_vector("c_out")],
+        int_vector,
     )
     graph = helper.make_graph(
         [helper.make_node("Loop", ["n", "go", "a"], ["out"], body=body)],
