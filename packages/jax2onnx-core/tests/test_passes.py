@@ -639,3 +639,62 @@ def test_a_counter_that_may_wrap_keeps_its_checks():
     body = [n.op_type for n in _loop_body(model).node]
     assert "Where" in body or "Clip" in body, body
     np.testing.assert_allclose(got, np.asarray(jax.jit(fn)(x)), rtol=1e-6, atol=1e-6)
+
+
+def _every_op(graph: onnx.GraphProto) -> list[str]:
+    ops = []
+    for n in graph.node:
+        ops.append(n.op_type)
+        for a in n.attribute:
+            if a.type == onnx.AttributeProto.GRAPH:
+                ops += _every_op(a.g)
+    return ops
+
+
+def test_a_counters_remainder_needs_no_sign_fix():
+    """``(i + 1) % 3`` of a counter from 0 is C's remainder: Python's sign fix-up
+    (Less, Add, Where, And) and the branch index's Cast/Equal go; the If branches on
+    the remainder's test itself."""
+
+    def fn(x):
+        def body(i, c):
+            return jax.lax.cond((i + 1) % 3 == 0, lambda v: v * 0.5, lambda v: v + 1.0, c)
+
+        return jax.lax.fori_loop(0, (x.sum() > 0).astype(jnp.int32) + 7, body, x)
+
+    x = np.linspace(0.1, 1.0, 4, dtype=np.float32)
+    model, (got,) = _run_loop(fn, x)
+    onnx.checker.check_model(model, full_check=True)
+    body = [n.op_type for n in _loop_body(model).node]
+    assert "Mod" in body and "If" in body, body
+    assert not {"Where", "And", "Cast", "Not", "Less"} & set(body), body
+    np.testing.assert_allclose(got, np.asarray(jax.jit(fn)(x)), rtol=1e-6, atol=1e-6)
+
+
+def test_a_loops_start_condition_bounds_a_counter_passed_between_loops():
+    """An outer carry advanced by an inner while loop that runs only while it is below
+    a limit stays non-negative: indexing by it needs no wrap-around in either body."""
+    table = jnp.asarray(np.arange(12, dtype=np.float32).reshape(6, 2))
+
+    def fn(x):
+        def inner(carry):
+            j, acc = carry
+            return j + 1, acc + table[j]
+
+        def outer(carry):
+            k, j, acc = carry
+            go = (j < 6) & (acc.sum() < 200.0)
+            j, acc = jax.lax.while_loop(
+                lambda c: (c[0] < 6) & (c[1][0] < 10.0 * (k + 1)), inner, (j, acc)
+            )
+            return k + 1, j, acc + table[jnp.minimum(j, 5)] * go
+
+        return jax.lax.while_loop(lambda c: c[0] < 4, outer, (0, 0, x))[2]
+
+    x = np.array([0.5, -1.0], np.float32)
+    model, (got,) = _run_loop(fn, x)
+    onnx.checker.check_model(model, full_check=True)
+    ops = _every_op(model.graph)
+    # j < 0 ? j + 6 : j is decided in both bodies: j starts at 0 and only grows
+    assert "Where" not in ops and "Clip" not in ops, ops
+    np.testing.assert_allclose(got, np.asarray(jax.jit(fn)(x)), rtol=1e-6, atol=1e-6)

@@ -14,7 +14,10 @@ This pass computes an interval ``[low, high]`` for integer values, from:
   carry takes its start value's interval joined with what the body returns
   for it, bounded by the body's condition when that is a conjunction holding
   ``Less(carry, c)`` (or ``LessOrEqual``, ``Greater``, ``GreaterOrEqual``)
-  for a constant ``c`` (the loop goes on only while it holds), found by
+  with ``c`` in a known interval (a constant; else its type's range: a counter
+  below an int32 bound never overflows when stepped by one), the loop going on
+  only while it holds, and by the Loop's start condition for the first step,
+  found by
   iterating over the body until the intervals no longer change (a bound that
   moves is widened to its type's end, then cut by the condition);
 * the ops that move, select or compute integers (``Add``, ``Sub``, ``Mul``
@@ -60,6 +63,9 @@ _COMPARE = {
 }
 _ROUNDS = 6  # a Loop's carries settle in two or three rounds when bounded
 _READ_LIMIT = 4096  # elements of an integer constant whose bounds are read
+# Loops nested this deep inside one that settles are iterated too (a solver's step loop
+# holding its stage loop holding a Newton loop): rounds multiply, so the depth is bounded
+_NESTED = 2
 
 
 class FoldIndexRangesPass(ir.passes.InPlacePass):
@@ -142,25 +148,25 @@ class _Ranges:
             self.known.pop(id(value), None)  # could wrap around: nothing known
 
     # -- walking ---------------------------------------------------------------
-    def visit(self, graph: ir.Graph, *, fold: bool) -> bool:
+    def visit(self, graph: ir.Graph, *, fold: bool, depth: int = 0) -> bool:
         modified = False
         for node in list(graph):
             if node.graph is None:
                 continue  # removed by a fold of this walk
             if node.op_type == "Loop" and node.domain in _ONNX:
-                if fold:
-                    modified |= self._loop(node, fold=fold)
-                else:  # while an enclosing Loop settles, a nested one is not iterated:
-                    for out in node.outputs:  # its results are unknown (cost stays linear)
+                if fold or depth < _NESTED:
+                    modified |= self._loop(node, fold=fold, depth=depth + 1)
+                else:  # deeper loops are not iterated while the enclosing ones settle:
+                    for out in node.outputs:  # their results are unknown (cost bounded)
                         self._set(out, None)
                     continue
             else:
                 for attribute in node.attributes.values():
                     if attribute.type is ir.AttributeType.GRAPH:
-                        modified |= self.visit(attribute.value, fold=fold)
+                        modified |= self.visit(attribute.value, fold=fold, depth=depth)
                     elif attribute.type is ir.AttributeType.GRAPHS:
                         for sub in attribute.value:
-                            modified |= self.visit(sub, fold=fold)
+                            modified |= self.visit(sub, fold=fold, depth=depth)
             if fold and node.domain in _ONNX and self._fold(graph, node):
                 modified = True
                 continue
@@ -168,7 +174,7 @@ class _Ranges:
                 self._propagate(node)
         return modified
 
-    def _loop(self, loop: ir.Node, *, fold: bool) -> bool:
+    def _loop(self, loop: ir.Node, *, fold: bool, depth: int = 0) -> bool:
         body = loop.attributes["body"].value if "body" in loop.attributes else None
         if body is None or len(body.inputs) != len(loop.inputs):
             return False
@@ -177,29 +183,35 @@ class _Ranges:
         high = trips[1] - 1 if trips is not None else int(np.iinfo(np.int64).max)
         self._set(body.inputs[0], (0, max(high, 0)))
         starts = [self.of(v) for v in loop.inputs[2:]]
-        current = list(starts)
+        # the body runs only if the Loop's start condition holds: it bounds the first step's
+        # carries as the body's condition bounds the next ones'
+        given = {id(v): k for k, v in enumerate(loop.inputs[2:])}
+        ahead = _condition_limits(loop.inputs[1], given, self, loop.graph)
+        entered = [_meet(s, ahead.get(k)) if s else None for k, s in enumerate(starts)]
+        current = list(entered)
         for _ in range(_ROUNDS):
             for value, interval in zip(body.inputs[2:], current, strict=True):
                 self._set(value, interval)
-            self.visit(body, fold=False)
-            limits = _condition_limits(body, carried, self)
+            self.visit(body, fold=False, depth=depth)
+            returned = {id(body.outputs[1 + k]): k for k in range(carried)}
+            limits = _condition_limits(body.outputs[0], returned, self, body)
             if trips is not None:
-                _count_limits(body, carried, starts, high, limits)
+                _count_limits(body, carried, entered, high, limits)
             following = []
             for k in range(carried):
                 out = self.of(body.outputs[1 + k])
-                following.append(_join(starts[k], _meet(out, limits.get(k))))
+                following.append(_join(entered[k], _meet(out, limits.get(k))))
             if following == current:
                 break
             current = [  # a bound that moved goes to the end of its type, then to the limit
-                _widened(c, f, starts[k], limits.get(k), _bounds(body.inputs[2 + k]))
+                _widened(c, f, entered[k], limits.get(k), _bounds(body.inputs[2 + k]))
                 for k, (c, f) in enumerate(zip(current, following, strict=True))
             ]
         else:
             current = [None] * carried  # did not settle: nothing known of the carries
         for value, interval in zip(body.inputs[2:], current, strict=True):
             self._set(value, interval)
-        modified = self.visit(body, fold=fold)
+        modified = self.visit(body, fold=fold, depth=depth)
         for k in range(carried):  # the result: the start or what the last step returned
             if k < len(loop.outputs):
                 self._set(loop.outputs[k], _join(starts[k], self.of(body.outputs[1 + k])))
@@ -236,6 +248,8 @@ class _Ranges:
             low = ins[1][0] if len(ins) > 1 and ins[1] else ins[0][0]
             high = ins[2][1] if len(ins) > 2 and ins[2] else ins[0][1]
             result = (max(ins[0][0], low), min(ins[0][1], high)) if low <= high else None
+        elif op == "Mod" and len(ins) == 2 and all(ins):
+            result = _remainder(ins[0], ins[1], node.attributes.get_int("fmod", 0))
         elif op in ("ArgMax", "ArgMin"):
             result = _arg_range(node)
         elif op in ("Shape", "Size"):
@@ -482,16 +496,19 @@ def _decided(value: ir.Value | None) -> bool | None:
     return False if not array.any() else None
 
 
-def _condition_limits(body: ir.Graph, carried: int, ranges: _Ranges) -> dict[int, Interval]:
-    """Bounds the body's condition puts on the carries it returns (a conjunction of tests
-    of a returned carry against a constant): the next step runs only where they hold."""
-    returned = {id(body.outputs[1 + k]): k for k in range(carried) if 1 + k < len(body.outputs)}
+def _condition_limits(
+    condition: ir.Value | None, returned: dict[int, int], ranges: _Ranges, graph: ir.Graph | None
+) -> dict[int, Interval]:
+    """Bounds a Loop condition puts on carries (a conjunction of tests of a carry against a
+    constant): the step runs only where they hold. ``returned`` maps the ids of the values
+    tested (what the body returns, or the Loop's start values) to their carry; the tests
+    are nodes of ``graph``."""
     limits: dict[int, Interval] = {}
-    pending = [body.outputs[0]]
+    pending = [condition]
     while pending:
         value = pending.pop()
         node = value.producer() if value is not None else None
-        if node is None or node.domain not in _ONNX or node.graph is not body:
+        if node is None or node.domain not in _ONNX or node.graph is not graph or graph is None:
             continue
         if node.op_type == "And":
             pending.extend(node.inputs)
@@ -501,16 +518,19 @@ def _condition_limits(body: ir.Graph, carried: int, ranges: _Ranges) -> dict[int
         a, b = node.inputs
         for carry, other, flipped in ((a, b, False), (b, a, True)):
             k = returned.get(id(carry)) if carry is not None else None
-            bound = ranges.of(other) if k is not None and constant(other) is not None else None
-            if k is None or bound is None or bound[0] != bound[1]:
+            # against a constant or any value: its interval, else its type's, bounds the carry
+            bound = (ranges.of(other) or _bounds(other)) if k is not None else None
+            if k is None or bound is None:
                 continue
-            limit = _limit(node.op_type, flipped, bound[0], _bounds(carry))
+            limit = _limit(node.op_type, flipped, bound, _bounds(carry))
             if limit is not None:
                 limits[k] = _meet(limits.get(k, limit), limit)
     return limits
 
 
-def _limit(op: str, flipped: bool, c: int, dtype: Interval | None) -> Interval | None:
+def _limit(op: str, flipped: bool, other: Interval, dtype: Interval | None) -> Interval | None:
+    """The values of a carry ``x`` for which ``x op y`` (``y op x`` if ``flipped``) can
+    hold for some ``y`` in ``other``."""
     if dtype is None:
         return None
     low, high = dtype
@@ -520,10 +540,10 @@ def _limit(op: str, flipped: bool, c: int, dtype: Interval | None) -> Interval |
             "GreaterOrEqual": "LessOrEqual",
         }[op]
     return {
-        "Less": (low, c - 1),
-        "LessOrEqual": (low, c),
-        "Greater": (c + 1, high),
-        "GreaterOrEqual": (c, high),
+        "Less": (low, other[1] - 1),
+        "LessOrEqual": (low, other[1]),
+        "Greater": (other[0] + 1, high),
+        "GreaterOrEqual": (other[0], high),
     }[op]
 
 
@@ -535,6 +555,23 @@ def _arg_range(node: ir.Node) -> Interval | None:
     axis = attribute.as_int() if attribute is not None else 0
     size = shape[axis % len(shape)] if len(shape) else None
     return (0, size - 1) if isinstance(size, int) and size > 0 else None
+
+
+def _remainder(a: Interval, b: Interval, fmod: int) -> Interval | None:
+    """The interval of ``Mod(a, b)`` for a divisor of one sign: with ``fmod`` the result
+    has the dividend's sign (C's ``%``), else the divisor's (Python's ``%``); its size
+    stays below the divisor's and, with ``fmod``, within the dividend's."""
+    if b[0] > 0:
+        size = b[1] - 1
+    elif b[1] < 0:
+        size = -b[0] - 1
+    else:
+        return None  # a divisor that may be 0 (or change sign)
+    if not fmod:
+        return (0, size) if b[0] > 0 else (-size, 0)
+    low = 0 if a[0] >= 0 else max(a[0], -size)
+    high = 0 if a[1] <= 0 else min(a[1], size)
+    return (low, high)
 
 
 def _count_limits(body: ir.Graph, carried: int, starts: list, high: int, limits: dict) -> None:

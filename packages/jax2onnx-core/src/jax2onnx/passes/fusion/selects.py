@@ -7,6 +7,12 @@ operand its third. A lowering that masks a triangle (``lax.linalg.cholesky``
 keeps the input's strict upper triangle) followed by user code masking the
 same triangle again (``jnp.tril``) leaves such a pair; the inner one goes.
 Every element keeps its value: only selections whose outcome is known go.
+
+Also here, the tests those selections read: ``And`` with a constant all false
+(``Or`` all true) is that constant; ``Equal(Cast(b), 0)`` of a boolean ``b``
+cast to a number is ``Not(b)`` and ``Equal(Cast(b), 1)`` is ``b`` (how
+``lax.cond`` on a boolean picks its branch index); and ``If(Not(c), A, B)`` is
+``If(c, B, A)``.
 """
 
 from __future__ import annotations
@@ -16,7 +22,8 @@ from typing import Any
 import numpy as np
 
 from jax2onnx.passes.fusion.canonical import shape_of
-from jax2onnx.passes.fusion.match import constant
+from jax2onnx.passes.fusion.match import constant, producer
+from jax2onnx.passes.identities import take_place
 from jax2onnx.values.ir import ir
 
 _DEPTH = 4  # Wheres between the outer one and the repeated one
@@ -64,4 +71,61 @@ def _decide(
     return any(_decide(graph, inner.inputs[j], condition, k, shape, depth - 1) for j in (1, 2))
 
 
-REWRITES = ((("Where",), repeated_condition),)
+def absorbing_logic(ctx: Any, op: ir.Node) -> bool:
+    """``And(x, False)`` is ``False``, ``Or(x, True)`` is ``True`` (the constant has the
+    output's shape: nothing broadcasts)."""
+    absorbing = op.op_type == "Or"
+    shape = shape_of(op.outputs[0])
+    for value in op.inputs:
+        flag = constant(value)
+        if flag is None or flag.dtype != np.bool_ or flag.size == 0 or shape is None:
+            continue
+        if (flag.all() if absorbing else not flag.any()) and shape_of(value) == shape:
+            return take_place(op, value)
+    return False
+
+
+def boolean_index_test(ctx: Any, equal: ir.Node) -> bool:
+    """``Equal(Cast(b), 0)`` is ``Not(b)``, ``Equal(Cast(b), 1)`` is ``b``, for a boolean
+    ``b`` of the output's shape (a cast boolean is 0 or 1, whatever the number type)."""
+    for k in (0, 1):
+        cast, number = producer(equal.inputs[k], "Cast"), constant(equal.inputs[1 - k])
+        if cast is None or number is None or number.size != 1 or not cast.inputs:
+            continue
+        flag = cast.inputs[0]
+        if flag is None or flag.dtype != ir.DataType.BOOL or number.dtype.kind not in "iuf":
+            continue
+        if shape_of(flag) is None or shape_of(flag) != shape_of(equal.outputs[0]):
+            continue
+        if number.reshape(-1)[0] == 1:
+            return take_place(equal, flag)
+        if number.reshape(-1)[0] != 0:
+            return False
+        negation = ir.Node("", "Not", [flag], num_outputs=1)
+        negation.outputs[0].type, negation.outputs[0].shape = flag.type, flag.shape
+        negation.metadata_props.update(equal.metadata_props)
+        equal.graph.insert_before(equal, negation)
+        return take_place(equal, negation.outputs[0])
+    return False
+
+
+def negated_branch(ctx: Any, node: ir.Node) -> bool:
+    """``If(Not(c), A, B)`` is ``If(c, B, A)``."""
+    negation = producer(node.inputs[0] if node.inputs else None, "Not")
+    then, other = node.attributes.get("then_branch"), node.attributes.get("else_branch")
+    if negation is None or then is None or other is None or negation.inputs[0] is None:
+        return False
+    node.attributes["then_branch"] = ir.AttrGraph("then_branch", other.value)
+    node.attributes["else_branch"] = ir.AttrGraph("else_branch", then.value)
+    node.replace_input_with(0, negation.inputs[0])
+    if not negation.outputs[0].uses() and not negation.outputs[0].is_graph_output():
+        negation.graph.remove(negation, safe=True)
+    return True
+
+
+REWRITES = (
+    (("Where",), repeated_condition),
+    (("And", "Or"), absorbing_logic),
+    (("Equal",), boolean_index_test),
+    (("If",), negated_branch),
+)
