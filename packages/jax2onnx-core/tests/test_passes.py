@@ -10,6 +10,7 @@ import onnx
 import onnxruntime as ort
 
 from jax2onnx import to_onnx
+from jax2onnx_testkit import op_counts
 
 W = np.linspace(-1, 1, 12, dtype=np.float32).reshape(4, 3)
 B = np.array([0.5, -1.0, 2.0], np.float32)
@@ -641,16 +642,6 @@ def test_a_counter_that_may_wrap_keeps_its_checks():
     np.testing.assert_allclose(got, np.asarray(jax.jit(fn)(x)), rtol=1e-6, atol=1e-6)
 
 
-def _every_op(graph: onnx.GraphProto) -> list[str]:
-    ops = []
-    for n in graph.node:
-        ops.append(n.op_type)
-        for a in n.attribute:
-            if a.type == onnx.AttributeProto.GRAPH:
-                ops += _every_op(a.g)
-    return ops
-
-
 def test_a_counters_remainder_needs_no_sign_fix():
     """``(i + 1) % 3`` of a counter from 0 is C's remainder: Python's sign fix-up
     (Less, Add, Where, And) and the branch index's Cast/Equal go; the If branches on
@@ -694,7 +685,7 @@ def test_a_loops_start_condition_bounds_a_counter_passed_between_loops():
     x = np.array([0.5, -1.0], np.float32)
     model, (got,) = _run_loop(fn, x)
     onnx.checker.check_model(model, full_check=True)
-    ops = _every_op(model.graph)
+    ops = op_counts(model)
     # j < 0 ? j + 6 : j is decided in both bodies: j starts at 0 and only grows
     assert "Where" not in ops and "Clip" not in ops, ops
     np.testing.assert_allclose(got, np.asarray(jax.jit(fn)(x)), rtol=1e-6, atol=1e-6)

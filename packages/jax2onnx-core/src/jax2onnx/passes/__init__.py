@@ -70,6 +70,7 @@ from jax2onnx.passes.gemm import FuseMatMulAddPass
 from jax2onnx.passes.identities import EliminateIdentitiesPass, ForwardLoopCarriesPass
 from jax2onnx.passes.indexing import FoldIndexingPass
 from jax2onnx.passes.lanes import VectorizeLanesPass
+from jax2onnx.passes.linear import CollapseLinearMapsPass
 from jax2onnx.passes.loops import HoistLoopInvariantsPass
 from jax2onnx.passes.precision import FoldCastsPass, WidenHalfPrecisionPass
 from jax2onnx.passes.ranges import FoldIndexRangesPass
@@ -80,6 +81,7 @@ from jax2onnx.passes.weights import DeduplicateWeightsPass
 from jax2onnx.values.ir import common, ir
 
 __all__ = [
+    "CollapseLinearMapsPass",
     "ComposeGathersPass",
     "CountLoopTripsPass",
     "DeduplicateWeightsPass",
@@ -140,6 +142,8 @@ def optimize(
         FuseMatMulAddPass(),
         ComposeGathersPass(),  # after the fusions, whose patterns read the Gathers apart
         FusePatternsPass(normalization_mode, groups=AFTER_GATHERS),  # products of reads
+        CollapseLinearMapsPass(),
+        common.RemoveUnusedNodesPass(),
         LiftScalarsPass(),
         ExitLoopsEarlyPass(),
         CountLoopTripsPass(),  # after the interval pass, which reads the counters' bounds
