@@ -14,7 +14,7 @@ import onnx
 import onnxruntime as ort
 
 from jax2onnx import to_onnx
-from jax2onnx.passes import VectorizeLanesPass
+from jax2onnx.passes import CollapseLinearMapsPass, VectorizeLanesPass
 from jax2onnx.values.ir import ir
 
 
@@ -43,13 +43,13 @@ def matmul_unroll(a, b):  # a 3x3 product written cell by cell
 
 
 @contextlib.contextmanager
-def _without_pass():
-    call = VectorizeLanesPass.call
-    VectorizeLanesPass.call = lambda self, model: ir.passes.PassResult(model, False)
+def _without_pass(cls=VectorizeLanesPass):
+    call = cls.call
+    cls.call = lambda self, model: ir.passes.PassResult(model, False)
     try:
         yield
     finally:
-        VectorizeLanesPass.call = call
+        cls.call = call
 
 
 def _count(graph) -> int:
@@ -118,11 +118,13 @@ def test_an_unrolled_matrix_product_becomes_vector_products_batched_or_not():
 
 def test_lanes_inside_a_loop_body_are_vectorised_there():
     def spin(q, w):
-        return jax.lax.fori_loop(0, 5, lambda i, p: quat_mul(p, w) * 0.999, q)
+        steps = 5 + (q.sum() > 1e9).astype(jnp.int32)  # known at run time: a Loop stays
+        return jax.lax.fori_loop(0, steps, lambda i, p: quat_mul(p, w) * 0.999, q)
 
     q = np.array([1.0, 0.0, 0.0, 0.0], np.float32)
     w = np.array([0.99, 0.1, -0.05, 0.02], np.float32)
-    model = _compare(spin, [q, w], smaller_by=20)
+    with _without_pass(CollapseLinearMapsPass):  # the lanes pass's own saving
+        model = _compare(spin, [q, w], smaller_by=20)
     body = next(a.g for n in model.graph.node for a in n.attribute if a.g.node)
     assert "Concat" not in _ops(body), _ops(body)
 

@@ -36,6 +36,11 @@ what the lowerings emitted op by op (a layer norm written in ``jnp`` becomes
 written as ``x @ w + b``, two primitives) into one Gemm;
 :class:`ComposeGathersPass` makes a read of a read by constant indices
 (a Gather of a Gather or of a Slice, a Gather given a unit axis) one Gather;
+:class:`UnrollCountedLoopsPass` writes out a short Loop of known length
+(Runge-Kutta stages, ``fori_loop(0, 4, ...)``), each step reading its counter
+as a constant; :class:`CollapseLinearMapsPass` then makes a web of ops linear
+in a few small tensors (a Runge-Kutta step's stages, dense output and error
+estimate) one MatMul by a matrix composed at conversion per value it hands on;
 :class:`ForwardLoopCarriesPass` lets a Loop body return a carry (or its
 condition) as the body input it copies instead of through an Identity;
 :class:`LiftScalarsPass` keeps a leading unit axis on scalars read out of a
@@ -77,6 +82,7 @@ from jax2onnx.passes.ranges import FoldIndexRangesPass
 from jax2onnx.passes.reshapes import FoldReshapesPass
 from jax2onnx.passes.scalars import LiftScalarsPass
 from jax2onnx.passes.transposes import FoldTransposesPass
+from jax2onnx.passes.unroll import UnrollCountedLoopsPass
 from jax2onnx.passes.weights import DeduplicateWeightsPass
 from jax2onnx.values.ir import common, ir
 
@@ -100,6 +106,7 @@ __all__ = [
     "LiftScalarsPass",
     "MergeBodyDuplicatesPass",
     "UniqueNamesPass",
+    "UnrollCountedLoopsPass",
     "VectorizeLanesPass",
     "WidenHalfPrecisionPass",
     "optimize",
@@ -142,11 +149,14 @@ def optimize(
         FuseMatMulAddPass(),
         ComposeGathersPass(),  # after the fusions, whose patterns read the Gathers apart
         FusePatternsPass(normalization_mode, groups=AFTER_GATHERS),  # products of reads
-        CollapseLinearMapsPass(),
-        common.RemoveUnusedNodesPass(),
         LiftScalarsPass(),
         ExitLoopsEarlyPass(),
         CountLoopTripsPass(),  # after the interval pass, which reads the counters' bounds
+        UnrollCountedLoopsPass(),  # after the trip counts
+        FoldConstantsPass(),  # each step's reads by its constant counter
+        common.RemoveUnusedNodesPass(),
+        common.CommonSubexpressionEliminationPass(),
+        CollapseLinearMapsPass(),  # the steps' sums meet
         common.RemoveUnusedNodesPass(),
         *precision,
         DeduplicateWeightsPass(),

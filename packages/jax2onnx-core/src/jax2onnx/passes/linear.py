@@ -9,13 +9,20 @@ Muls by coefficients, Adds, Concats; the complex product's Slices and Muls, a
 Reshape and the inverse transform's MatMul), and in a Loop body each of those
 nodes runs once per step.
 
+The pass works in Loop and If bodies only, where every node runs once per
+step and a few nodes less per step is what counts. The main graph, which
+runs once per call, keeps the ops as the lowerings wrote them: a complex
+product or a ``rotate_half`` reads there as it does in the source, not as a
+small matrix.
+
 Every value computed from a few float tensors ("leaves": what a non-linear op,
 an input or an enclosing graph made) by ops linear in them, with constant
 parameters, is ``W @ concat(flattened leaves)`` for one constant matrix
 ``W``. The ops: ``Identity``, ``Neg``, ``Add``, ``Sub``, ``Mul`` and ``Div``
 by a constant, ``MatMul`` with a constant, ``Reshape``, ``Squeeze``,
 ``Unsqueeze``, ``Flatten``, ``Expand``, ``Transpose``, ``Slice``,
-``Gather`` by constant indices, ``Concat`` and ``ReduceSum``. This
+``Gather`` by constant indices, ``Concat``, ``ReduceSum`` and ``ScatterND``
+by constant indices (into a tensor of the web or into zeros). This
 pass finds the connected webs of such nodes (static shapes, float32 or
 float64), computes each ``W`` at conversion in float64 by carrying the
 coefficients of every leaf element through the ops (rounded once to the
@@ -27,8 +34,9 @@ nothing is computed twice; a value that only copies elements of one leaf
 (``x[k]``, a Slice) stays the read it is. A web changes only when it loses at
 least ``_MARGIN`` nodes, each
 matrix stays small (``_MAX_LEAVES`` leaf elements, ``_MAX_WEIGHTS`` weights)
-and no leaf it reads drops out entirely (``x - x`` is how a finiteness test
-starts: it keeps its ops).
+and a leaf that arithmetic cancels (``x - x``, ``0 * x``) stays in the
+product with weights 0: an infinite or NaN element makes the result NaN as
+before (a leaf that only a Slice or a Gather skips is not read at all).
 
 The sums are the runtime's MatMul, not the op-by-op rounding: the numbers
 agree within the dtype's rounding, not bit for bit. ``DFT`` is not among the
@@ -71,6 +79,7 @@ _PARAMETERS = {
     "Add": (),
     "Sub": (),
     "Concat": (),
+    "ScatterND": (1,),
 }
 _MAX_LEAVES = 1024  # leaf elements one replaced value reads
 _MAX_WEIGHTS = 1 << 16  # weights of one replaced value's matrix
@@ -90,7 +99,7 @@ class CollapseLinearMapsPass(ir.passes.InPlacePass):
 
     def call(self, model: ir.Model) -> ir.passes.PassResult:
         modified = False
-        for graph in [model.graph, *nested_graphs(model.graph)]:
+        for graph in nested_graphs(model.graph):  # bodies only: see the module
             modified |= _Webs(graph).collapse()
         return ir.passes.PassResult(model, modified)
 
@@ -116,6 +125,19 @@ def _signal(node: ir.Node) -> list[int] | None:
         if len(inputs) != 2 or fixed[0] == fixed[1]:
             return None
         signal = [0 if fixed[1] else 1]
+    elif op == "ScatterND":  # writes by constant indices into a tensor (or into zeros)
+        reduction = node.attributes.get("reduction")
+        if (
+            len(inputs) != 3
+            or not fixed[1]
+            or fixed[2]
+            or (reduction and reduction.as_string() != "none")
+        ):
+            return None
+        zeros = constant(inputs[0]) if fixed[0] else None
+        if zeros is not None and np.any(zeros):
+            return None
+        signal = [2] if fixed[0] else [0, 2]
     elif op in _PARAMETERS:
         positions = _PARAMETERS[op]
         signal = [k for k in range(len(inputs)) if k not in positions and inputs[k] is not None]
@@ -175,9 +197,9 @@ class _Webs:
         try:
             for value in handed:
                 leaves = self._leaves(value, inside, available, signals)
-                weights = self._weights(value, leaves, signals)
+                weights, leaves = self._weights(value, leaves, signals)
                 available.add(id(value))
-                if _selection(weights, leaves):
+                if _selection(weights, leaves) and _reads(value.producer(), leaves[0]):
                     kept += 1  # a read of one leaf's elements (x[k]) stays the read it is
                 else:
                     plan.append((value, leaves, weights))
@@ -219,9 +241,27 @@ class _Webs:
             raise _Unsupported
         return leaves
 
-    def _weights(self, value, leaves, signals) -> np.ndarray:
-        """The coefficients of ``value``: its shape plus one axis over the leaf elements."""
+    def _weights(self, value, leaves, signals) -> tuple[np.ndarray, list[ir.Value]]:
+        """The coefficients of ``value`` (its shape plus one axis over the leaf elements)
+        and the leaves it reads: one that only a Slice or a Gather skipped drops out; one
+        that arithmetic cancelled (``x - x``, ``0 * x``) stays with weights 0, so that an
+        infinite or NaN element still makes the result NaN, as the ops did."""
         sizes = [math.prod(_static(v)) for v in leaves]
+        weights = self._coefficients(value, leaves, sizes, signals, structural=False)
+        reached = self._coefficients(value, leaves, sizes, signals, structural=True)
+        kept, columns, offset = [], [], 0
+        for leaf, size in zip(leaves, sizes, strict=True):
+            part = slice(offset, offset + size)
+            offset += size
+            if not np.any(reached[..., part]):
+                continue  # read by no element of the value
+            kept.append(leaf)  # (its weights may be 0: 0 * inf is NaN in the product too)
+            columns.append(weights[..., part])
+        if not kept:
+            raise _Unsupported
+        return np.concatenate(columns, axis=-1), kept
+
+    def _coefficients(self, value, leaves, sizes, signals, *, structural: bool) -> np.ndarray:
         n = sum(sizes)
         memo: dict[int, np.ndarray] = {}
         offset = 0
@@ -235,22 +275,17 @@ class _Webs:
             if id(v) not in memo:
                 source = v.producer()
                 ins = {k: coefficients(source.inputs[k]) for k in signals[id(source)]}
-                result = self._carry(source, ins)
+                result = self._carry(source, ins, structural)
                 if result.shape[:-1] != _static(v):
                     raise _Unsupported
                 memo[id(v)] = result
             return memo[id(v)]
 
-        weights = coefficients(value)
-        offset = 0
-        for size in sizes:  # a leaf with no weight at all: x - x, a finiteness test
-            if not np.any(weights[..., offset : offset + size]):
-                raise _Unsupported
-            offset += size
-        return weights
+        return coefficients(value)
 
-    def _carry(self, source: ir.Node, ins: dict[int, np.ndarray]) -> np.ndarray:
-        """``source`` applied to coefficient arrays (the leaf axis last)."""
+    def _carry(self, source: ir.Node, ins: dict[int, np.ndarray], structural: bool) -> np.ndarray:
+        """``source`` applied to coefficient arrays (the leaf axis last); ``structural``:
+        which leaf elements each element reads at all (every factor 1, no cancelling)."""
         op = source.op_type
         out = _static(source.outputs[0])
         (first,) = [ins[k] for k in sorted(ins)][:1]
@@ -260,13 +295,14 @@ class _Webs:
         if op == "Identity":
             return first
         if op == "Neg":
-            return -first
+            return first if structural else -first
         if op in ("Add", "Sub"):
             a, b = (_aligned(ins[k], out) for k in (0, 1))
-            return a + b if op == "Add" else a - b
+            return a + b if op == "Add" or structural else a - b
         if op in ("Mul", "Div"):
             k = next(iter(ins))
             factor = np.asarray(const[1 - k], np.float64)
+            factor = np.ones_like(factor) if structural else factor
             factor = factor.reshape((1,) * (len(out) - factor.ndim) + factor.shape + (1,))
             x = _aligned(ins[k], out)
             return x * factor if op == "Mul" else x / factor
@@ -283,10 +319,14 @@ class _Webs:
         if op == "Gather":
             axis = source.attributes.get_int("axis", 0) % rank
             return np.take(first, np.asarray(const[1], np.int64), axis=axis)
+        if op == "ScatterND":
+            return _scatter(ins, const, out, n)
         if op == "Concat":
             axis = source.attributes.get_int("axis", 0) % rank
             return np.concatenate([ins[k] for k in sorted(ins)], axis=axis)
         if op == "MatMul":
+            if structural:
+                const = [np.ones_like(c, np.float64) if c is not None else None for c in const]
             return _matmul(ins, const)
         if op == "ReduceSum":
             return _reduce_sum(source, first, rank, const)
@@ -317,7 +357,11 @@ class _Webs:
             return result
 
         cost, scaled, rest = _split(value, leaves, weights)
-        if scaled is None:
+        if scaled == "select":  # elements of one leaf, read through the web: one Gather
+            picked = np.argmax(_columns(weights, out), axis=0).astype(np.int64)
+            indices = new_constant(self.graph, picked.reshape(out), "picked")
+            terms = [add("Gather", [flat(leaves[0]), indices], axis=0)]
+        elif scaled is None:
             terms = [self._product(add, flat, leaves, _columns(weights, out), out, dtype)]
         else:
             terms = []
@@ -372,6 +416,17 @@ def _slice(x: np.ndarray, rank: int, const: list) -> np.ndarray:
             raise _Unsupported
         index[int(axis) % rank] = slice(int(start), int(end), int(step))
     return x[tuple(index)]
+
+
+def _scatter(ins: dict[int, np.ndarray], const: list, out: tuple, n: int) -> np.ndarray:
+    """Coefficients after ``ScatterND``: the data's (or zeros), rows written replaced."""
+    result = np.array(ins[0]) if 0 in ins else np.zeros(out + (n,))
+    indices = np.asarray(const[1], np.int64)
+    depth = indices.shape[-1]
+    written = ins[2].reshape((-1,) + out[depth:] + (n,))
+    for row, where in enumerate(indices.reshape(-1, depth)):
+        result[tuple(int(i) % d for i, d in zip(where, out, strict=False))] = written[row]
+    return result
 
 
 def _matmul(ins: dict[int, np.ndarray], const: list) -> np.ndarray:
@@ -430,6 +485,8 @@ def _product_work(value: ir.Value, leaves: list, weights: np.ndarray, split: tup
     """Multiply-adds of ``value``'s replacement: its product and its sums."""
     out = math.prod(_static(value))
     _, scaled, rest = split
+    if scaled == "select":
+        return out
     if scaled is None:
         return weights.size
     product = sum(block.size for _, block, _ in rest)
@@ -444,19 +501,27 @@ def _selection(weights: np.ndarray, leaves: list) -> bool:
     return bool(np.all((rows == 0) | (rows == 1)) and np.all(rows.sum(axis=1) == 1))
 
 
+def _reads(node: ir.Node, leaf: ir.Value) -> bool:
+    """Whether ``node`` reads ``leaf`` itself (a read of the leaf that stays as it is)."""
+    return any(v is leaf for v in node.inputs)
+
+
 def _columns(weights: np.ndarray, out: tuple) -> np.ndarray:
     """The matrix ``(leaf elements, output elements)`` of coefficients."""
     return weights.reshape(math.prod(out), -1).T
 
 
 def _split(value: ir.Value, leaves: list, weights: np.ndarray) -> tuple[int, Any, list]:
-    """The nodes ``value``'s replacement takes and how it is built: ``(cost, None, [])``
-    for one product of all leaves, ``(cost, scaled, rest)`` for a sum of the leaves that
-    enter scaled by one number (``(leaf, block, factor)``) and a product of the rest.
+    """The nodes ``value``'s replacement takes and how it is built: ``(cost, "select",
+    [])`` for elements of one leaf read by one Gather, ``(cost, None, [])`` for one
+    product of all leaves, ``(cost, scaled, rest)`` for a sum of the leaves that enter as
+    they are (``(leaf, block, 1.0)``) and a product of the rest.
 
-    A scaled leaf always stays out of the product: ``y0 + sum_j b_j k_j`` summed in one
-    MatMul would round every small term at ``y0``'s magnitude (a step's increment loses
-    digits that the step-by-step form keeps)."""
+    A leaf that enters as it is stays out of the product: ``y0 + sum_j b_j k_j`` summed
+    in one MatMul would round every small term at ``y0``'s magnitude (a step's increment
+    loses digits that the step-by-step form keeps)."""
+    if _selection(weights, leaves):
+        return (len(_static(leaves[0])) != 1) + 1, "select", []
     out = _static(value)
     columns = _columns(weights, out)
     scaled, rest, offset = [], [], 0

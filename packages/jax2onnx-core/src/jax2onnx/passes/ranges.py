@@ -39,10 +39,10 @@ conversion are used; a value whose shape is unknown keeps its node.
 from __future__ import annotations
 
 import math
-from typing import Any
 
 import numpy as np
 
+from jax2onnx.passes.chains import CHAIN, LAYOUT, layout_chain
 from jax2onnx.passes.fusion.canonical import shape_of
 from jax2onnx.passes.fusion.match import constant, new_constant, producer
 from jax2onnx.passes.identities import take_place
@@ -291,10 +291,10 @@ class _Ranges:
             return self._unpadded_scatter(node)
         if op == "Cast" and node.inputs:
             uses = node.outputs[0].uses()
-            if len(uses) == 1 and uses[0].node.op_type in _LAYOUT and uses[0].idx == 0:
+            if len(uses) == 1 and uses[0].node.op_type in LAYOUT and uses[0].idx == 0:
                 return False  # the layout op takes it along first (_commute)
             return self._round_trip(node)
-        if op in _LAYOUT and node.inputs:
+        if op in LAYOUT and node.inputs:
             return self._commute(graph, node)
         if op == "Clip" and node.inputs:
             x = self.of(node.inputs[0])
@@ -344,7 +344,7 @@ class _Ranges:
         (integers and booleans; a float round trip rounds), ``L`` a chain, maybe empty,
         of layout ops read by the chain alone: they move integers of either type."""
         chain, value = [], back.inputs[0]
-        while (layout := producer(value, *_LAYOUT)) is not None and len(chain) < _CHAIN:
+        while (layout := producer(value, *LAYOUT)) is not None and len(chain) < CHAIN:
             if len(value.uses()) != 1 or value.is_graph_output() or layout.inputs[0] is None:
                 return False
             chain.append(layout)
@@ -378,7 +378,7 @@ class _Ranges:
         :func:`_layout_chain`), where it may meet a Cast it undoes
         (``Squeeze(Cast(Unsqueeze(Cast(i, int32)), int64))``: an int64 index
         narrowed, moved one axis up, and widened back)."""
-        moved = _layout_chain(graph, anchor, self.root)
+        moved = layout_chain(graph, anchor, self.root)
         if moved is None:
             cast = producer(anchor.inputs[0], "Cast")
             if cast is None or cast.graph is not graph or not self._round_trip(cast):
@@ -393,95 +393,6 @@ class _Ranges:
         if cast is not None:
             self._round_trip(cast)
         return True
-
-
-_LAYOUT = ("Squeeze", "Unsqueeze", "Reshape")  # keep the elements in their order
-_CHAIN = 8  # layout ops walked up from a Cast
-
-
-def _layout_chain(graph: ir.Graph, anchor: ir.Node, root: ir.Graph | None) -> Any:
-    """``L2(Cast(L1(s)))`` -> ``L(Cast(s))`` and ``L2(L1(s))`` -> ``L(s)``, with ``L1``
-    and ``L2`` chains of Squeeze, Unsqueeze and Reshape and ``L`` one of them, or none
-    when the result has the shape of ``s``. Those ops keep the elements in row-major
-    order, so a chain is one reshape, and a Cast, element by element, commutes with
-    it. Fires only when nodes go: the Cast is read by ``L2`` alone, and a new ``L``
-    needs ``L1``'s nodes read by the chain alone. The answer: the moved Cast (or
-    None), the new ``L`` (or None) and ``s``; None when nothing changed."""
-    cast = producer(anchor.inputs[0], "Cast")
-    if cast is not None:
-        if cast.graph is not graph or len(cast.outputs[0].uses()) != 1:
-            return None
-        if cast.outputs[0].is_graph_output():
-            return None
-    target = shape_of(anchor.outputs[0])
-    if target is None:
-        return None
-    same, alone, single = None, None, True
-    value = cast.inputs[0] if cast is not None else anchor.inputs[0]
-    for _ in range(_CHAIN):
-        layout = producer(value, *_LAYOUT)
-        if layout is None or layout.inputs[0] is None:
-            break
-        single = single and len(value.uses()) == 1 and not value.is_graph_output()
-        value = layout.inputs[0]
-        shape = shape_of(value)
-        if shape == target:
-            same = value  # the furthest: the most nodes may go
-        elif single and shape is not None:
-            alone = (value, shape)
-    if same is not None:
-        return _commute(anchor, cast, same, None)
-    step = _reshaping(root, alone[1], target) if alone is not None and root is not None else None
-    return None if step is None else _commute(anchor, cast, alone[0], step)
-
-
-def _commute(anchor, cast, source, step) -> Any:
-    """``cast`` (when there is one) reads ``source``; ``step`` (a layout op's type and
-    second input, or None) reads the Cast or ``source``; it takes ``anchor``'s place."""
-    graph, out = anchor.graph, anchor.outputs[0]
-    head = cast.outputs[0] if cast is not None else source
-    layout = None
-    if step is not None:
-        layout = ir.Node("", step[0], [head, step[1]], num_outputs=1)
-        layout.outputs[0].dtype = out.dtype
-        layout.outputs[0].shape = out.shape
-        layout.metadata_props.update(anchor.metadata_props)
-    kept = head if layout is None else layout.outputs[0]
-    if out.is_graph_output():
-        made = kept.producer()
-        if made is None or made.graph is not graph or kept.is_graph_output():
-            return None  # as take_place would refuse: checked before anything changes
-    if cast is not None:
-        cast.replace_input_with(0, source)
-        shape = source.shape  # a rank-0 Shape is falsy: tested against None
-        if shape is None and layout is None:
-            shape = out.shape
-        cast.outputs[0].shape = shape
-    if layout is not None:
-        graph.insert_before(anchor, layout)
-    take_place(anchor, kept)
-    return cast, layout, source
-
-
-def _reshaping(root: ir.Graph, source: tuple, target: tuple) -> tuple[str, ir.Value] | None:
-    """The one layout op (type and second input) from shape ``source`` to ``target``: an
-    Unsqueeze or a Squeeze when only axes of size 1 differ, else a static Reshape."""
-    longer, shorter = (target, source) if len(target) > len(source) else (source, target)
-    axes, j = [], 0
-    for i, dim in enumerate(longer):
-        if j < len(shorter) and dim == shorter[j]:
-            j += 1
-        elif dim == 1:
-            axes.append(i)
-        else:
-            break
-    else:
-        if j == len(shorter) and axes:
-            op_type = "Unsqueeze" if longer is target else "Squeeze"
-            return op_type, new_constant(root, np.array(axes, np.int64), "axes")
-    if not all(isinstance(d, int) for d in target):
-        return None
-    return "Reshape", new_constant(root, np.array(target, np.int64), "shape")
 
 
 def _decided(value: ir.Value | None) -> bool | None:
