@@ -1,4 +1,4 @@
-"""UnrollCountedLoopsPass: short Loops of known length become their steps."""
+"""UnrollCountedLoopsPass: short Loops of known length in a Loop body become their steps."""
 
 from __future__ import annotations
 
@@ -20,17 +20,40 @@ def _session(model: onnx.ModelProto) -> ort.InferenceSession:
     return ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
 
 
-def test_a_fixed_count_loop_becomes_its_steps():
-    def fn(x):
-        return jax.lax.fori_loop(0, 4, lambda i, c: jnp.sin(c) * jnp.asarray(_TABLE)[i] + c, x)
+def _in_steps(step):
+    """``step`` run as the body of an outer loop whose length is known at run time only."""
 
+    def fn(x, *rest):
+        count = 3 + (x.sum() > 1e9).astype(jnp.int32)
+        return jax.lax.fori_loop(0, count, lambda _, c: step(c, *rest), x)
+
+    return fn
+
+
+def _outer_body(model: onnx.ModelProto) -> list[str]:
+    (loop,) = [n for n in model.graph.node if n.op_type == "Loop"]
+    return [n.op_type for n in loop.attribute[0].g.node]
+
+
+def four_steps(x):
+    return jax.lax.fori_loop(0, 4, lambda i, c: jnp.sin(c) * jnp.asarray(_TABLE)[i] + c, x)
+
+
+def test_a_fixed_count_loop_in_a_body_becomes_its_steps():
+    fn = _in_steps(four_steps)
     x = np.array([0.3, -0.2, 0.5], np.float32)
     model = to_onnx(fn, [x])
-    assert "Loop" not in op_counts(model), op_counts(model)
+    assert op_counts(model).get("Loop") == 1, op_counts(model)  # the outer one
+    assert _outer_body(model).count("Sin") == 4, _outer_body(model)
     session = _session(model)
     for value in (x, np.array([1.5, 2.0, -3.0], np.float32)):
         (got,) = session.run(None, {"in_0": value})
         np.testing.assert_allclose(got, np.asarray(jax.jit(fn)(value)), rtol=1e-6, atol=1e-6)
+
+
+def test_a_loop_of_the_main_graph_keeps_its_form():
+    model = to_onnx(four_steps, [np.array([0.3, -0.2, 0.5], np.float32)])
+    assert op_counts(model).get("Loop") == 1, op_counts(model)
 
 
 def stages(x, first):
@@ -44,30 +67,29 @@ def stages(x, first):
         y = jnp.tanh(y + jnp.asarray(_STAGES)[i] @ k)
         return i + 1, y, k.at[i].set(y * 0.25)
 
-    return jax.lax.while_loop(lambda c: c[0] < 6, body, (start, x, buffer))[1:]
+    y, k = jax.lax.while_loop(lambda c: c[0] < 6, body, (start, x, buffer))[1:]
+    return y + 0.1 * k.sum(axis=0)
 
 
 def test_a_counter_from_one_of_two_starts_unrolls_with_a_guarded_first_step():
+    fn = _in_steps(stages)
     x = np.array([0.3, -0.2, 0.5], np.float32)
-    model = to_onnx(stages, [x, np.array(True)])
-    ops = op_counts(model)
+    model = to_onnx(fn, [x, np.array(True)])
+    body = _outer_body(model)
     # the first step computes whatever the start and keeps its result where the start is 0
-    assert "Loop" not in ops and ops.get("LessOrEqual") == 1, ops
+    assert "Loop" not in body and body.count("LessOrEqual") == 1, body
     session = _session(model)
     for value in (x, np.array([1.5, 2.0, -3.0], np.float32)):
         for first in (True, False):
-            got = session.run(None, {"in_0": value, "in_1": np.array(first)})
-            want = jax.jit(stages)(value, first)
-            for g, w in zip(got, want, strict=True):
-                np.testing.assert_allclose(g, np.asarray(w), rtol=1e-6, atol=1e-6)
+            (got,) = session.run(None, {"in_0": value, "in_1": np.array(first)})
+            want = jax.jit(fn)(value, first)
+            np.testing.assert_allclose(got, np.asarray(want), rtol=1e-6, atol=1e-6)
 
 
 def test_a_long_loop_stays_a_loop():
-    def fn(x):
-        return jax.lax.fori_loop(0, 40, lambda i, c: jnp.sin(c) + 0.1 * c, x)
-
+    fn = _in_steps(lambda c: jax.lax.fori_loop(0, 40, lambda i, c: jnp.sin(c) + 0.1 * c, c))
     x = np.array([0.3, -0.2, 0.5], np.float32)
     model = to_onnx(fn, [x])
-    assert op_counts(model).get("Loop") == 1, op_counts(model)
+    assert op_counts(model).get("Loop") == 2, op_counts(model)
     (got,) = _session(model).run(None, {"in_0": x})
     np.testing.assert_allclose(got, np.asarray(jax.jit(fn)(x)), rtol=1e-6, atol=1e-6)

@@ -36,11 +36,12 @@ what the lowerings emitted op by op (a layer norm written in ``jnp`` becomes
 written as ``x @ w + b``, two primitives) into one Gemm;
 :class:`ComposeGathersPass` makes a read of a read by constant indices
 (a Gather of a Gather or of a Slice, a Gather given a unit axis) one Gather;
-:class:`UnrollCountedLoopsPass` writes out a short Loop of known length
-(Runge-Kutta stages, ``fori_loop(0, 4, ...)``), each step reading its counter
-as a constant; :class:`CollapseLinearMapsPass` then makes a web of ops linear
-in a few small tensors (a Runge-Kutta step's stages, dense output and error
-estimate) one MatMul by a matrix composed at conversion per value it hands on;
+:class:`UnrollCountedLoopsPass` writes out a short Loop of known length in a
+Loop body (Runge-Kutta stages, ``fori_loop(0, 4, ...)`` in a time step), each
+step reading its counter as a constant; :class:`CollapseLinearMapsPass` then
+makes a web of ops linear in a few small tensors in a body (a Runge-Kutta
+step's stages, dense output and error estimate) one MatMul by a matrix
+composed at conversion per value it hands on;
 :class:`ForwardLoopCarriesPass` lets a Loop body return a carry (or its
 condition) as the body input it copies instead of through an Identity;
 :class:`LiftScalarsPass` keeps a leading unit axis on scalars read out of a
@@ -152,8 +153,7 @@ def optimize(
         LiftScalarsPass(),
         ExitLoopsEarlyPass(),
         CountLoopTripsPass(),  # after the interval pass, which reads the counters' bounds
-        UnrollCountedLoopsPass(),  # after the trip counts
-        FoldConstantsPass(),  # each step's reads by its constant counter
+        UnrollCountedLoopsPass(),  # after the trip counts; folds the steps' constant reads
         common.RemoveUnusedNodesPass(),
         common.CommonSubexpressionEliminationPass(),
         CollapseLinearMapsPass(),  # the steps' sums meet

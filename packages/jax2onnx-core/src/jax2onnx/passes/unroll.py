@@ -10,6 +10,11 @@ knows its counter: those reads and writes take constant indices (and fold
 or become Slices), and the steps' sums meet in one graph, where
 :class:`~jax2onnx.passes.linear.CollapseLinearMapsPass` composes them.
 
+Only Loops inside a Loop or If body are unrolled: their steps, and the
+subgraph calls, run once per step of the loop around them. A Loop of the main
+graph runs once per call and keeps its form (a short recurrent sequence, a
+scatter's loop over duplicate indices read as the source wrote them).
+
 A Loop is unrolled when
 
 * it runs exactly its trip count: no scan outputs, its condition true at the
@@ -35,6 +40,7 @@ from __future__ import annotations
 import numpy as np
 
 from jax2onnx.passes.bodies import innermost_first_in, subgraphs
+from jax2onnx.passes.constants import FoldConstantsPass
 from jax2onnx.passes.fusion.match import constant, new_constant
 from jax2onnx.values.ir import ir
 
@@ -49,7 +55,14 @@ class UnrollCountedLoopsPass(ir.passes.InPlacePass):
     """Short Loops of known length become their steps (see the module)."""
 
     def call(self, model: ir.Model) -> ir.passes.PassResult:
-        return ir.passes.PassResult(model, modified=innermost_first_in(model, _visit))
+        roots = {id(model.graph), *(id(f.graph) for f in model.functions.values())}
+        # a Loop in a body runs its steps per outer step; one in the main graph once a call
+        modified = innermost_first_in(
+            model, lambda graph, node: id(graph) not in roots and _visit(graph, node)
+        )
+        if modified:  # each step's reads by its constant counter fold (only when unrolled)
+            FoldConstantsPass()(model)
+        return ir.passes.PassResult(model, modified=modified)
 
 
 def _true(value: ir.Value | None) -> bool:
