@@ -159,6 +159,7 @@ class _Webs:
 
     def collapse(self) -> bool:
         nodes = list(self.graph)
+        self.order = {id(n): k for k, n in enumerate(nodes)}
         signals = {id(n): s for n in nodes if (s := _signal(n)) is not None}
         parent = {k: k for k in signals}
 
@@ -236,6 +237,9 @@ class _Webs:
                 visit(source.inputs[k], False)
 
         visit(value, True)
+        # in graph order (inputs first): values read from the same leaves concatenate them
+        # alike, and equal Concats merge
+        leaves.sort(key=lambda v: (self.order.get(id(v.producer()), -1), v.name or ""))
         total = sum(math.prod(_static(v)) for v in leaves)
         if total > _MAX_LEAVES or total * math.prod(_static(value)) > _MAX_WEIGHTS:
             raise _Unsupported
