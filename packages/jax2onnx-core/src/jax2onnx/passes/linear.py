@@ -204,7 +204,7 @@ class _Webs:
                     kept += 1  # a read of one leaf's elements (x[k]) stays the read it is
                 else:
                     plan.append((value, leaves, weights))
-        except _Unsupported:
+        except (_Unsupported, RecursionError):  # (a chain deeper than Python's stack)
             return False
         splits = [_split(v, leaves, w) for v, leaves, w in plan]
         if kept + sum(cost for cost, _, _ in splits) + _MARGIN > len(members):
