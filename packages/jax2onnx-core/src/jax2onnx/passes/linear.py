@@ -360,7 +360,7 @@ class _Webs:
             result.shape = ir.Shape([size])
             return result
 
-        cost, scaled, rest = _split(value, leaves, weights)
+        _, scaled, rest = _split(value, leaves, weights)
         if scaled == "select":  # elements of one leaf, read through the web: one Gather
             picked = np.argmax(_columns(weights, out), axis=0).astype(np.int64)
             indices = new_constant(self.graph, picked.reshape(out), "picked")

@@ -453,13 +453,17 @@ def bool_round_trip(ctx: Any, back: ir.Node) -> bool:
 
 
 def constant_logic(ctx: Any, op: ir.Node) -> bool:
-    neutral = op.op_type == "And"  # True for And, False for Or
+    """``And(x, True)``/``Or(x, False)`` are ``x``; ``And(x, False)``/``Or(x, True)`` are
+    that constant (when it has the output's shape: nothing broadcasts)."""
+    neutral = op.op_type == "And"  # True for And, False for Or; the other value absorbs
     for k in (0, 1):
         flag = constant(op.inputs[k])
         if flag is None or flag.dtype != np.bool_ or flag.size == 0:
             continue
         if bool(flag.all()) if neutral else not flag.any():
             return _stand_in(ctx, op, op.inputs[1 - k])
+        if not flag.any() if neutral else bool(flag.all()):
+            return _stand_in(ctx, op, op.inputs[k])
     return False
 
 

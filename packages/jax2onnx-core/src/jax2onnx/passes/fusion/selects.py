@@ -8,8 +8,7 @@ keeps the input's strict upper triangle) followed by user code masking the
 same triangle again (``jnp.tril``) leaves such a pair; the inner one goes.
 Every element keeps its value: only selections whose outcome is known go.
 
-Also here, the tests those selections read: ``And`` with a constant all false
-(``Or`` all true) is that constant; ``Equal(Cast(b), 0)`` of a boolean ``b``
+Also here, the tests those selections read: ``Equal(Cast(b), 0)`` of a boolean ``b``
 cast to a number is ``Not(b)`` and ``Equal(Cast(b), 1)`` is ``b`` (how
 ``lax.cond`` on a boolean picks its branch index); and ``If(Not(c), A, B)`` is
 ``If(c, B, A)``.
@@ -71,20 +70,6 @@ def _decide(
     return any(_decide(graph, inner.inputs[j], condition, k, shape, depth - 1) for j in (1, 2))
 
 
-def absorbing_logic(ctx: Any, op: ir.Node) -> bool:
-    """``And(x, False)`` is ``False``, ``Or(x, True)`` is ``True`` (the constant has the
-    output's shape: nothing broadcasts)."""
-    absorbing = op.op_type == "Or"
-    shape = shape_of(op.outputs[0])
-    for value in op.inputs:
-        flag = constant(value)
-        if flag is None or flag.dtype != np.bool_ or flag.size == 0 or shape is None:
-            continue
-        if (flag.all() if absorbing else not flag.any()) and shape_of(value) == shape:
-            return take_place(op, value)
-    return False
-
-
 def boolean_index_test(ctx: Any, equal: ir.Node) -> bool:
     """``Equal(Cast(b), 0)`` is ``Not(b)``, ``Equal(Cast(b), 1)`` is ``b``, for a boolean
     ``b`` of the output's shape (a cast boolean is 0 or 1, whatever the number type)."""
@@ -125,7 +110,6 @@ def negated_branch(ctx: Any, node: ir.Node) -> bool:
 
 REWRITES = (
     (("Where",), repeated_condition),
-    (("And", "Or"), absorbing_logic),
     (("Equal",), boolean_index_test),
     (("If",), negated_branch),
 )
