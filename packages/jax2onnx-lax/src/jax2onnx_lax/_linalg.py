@@ -275,6 +275,10 @@ def lu(a: Any) -> tuple[Any, Any, Any]:
     Right-looking: step ``j`` swaps the pivot row up, scales the column below it
     (not when the pivot is 0, as LAPACK) and subtracts the rank-one update from
     the trailing rows. Returns ``(lu, pivots, permutation)``, int32 indices.
+
+    A swap is a row order (:func:`swap_order`) that gathers the rows of ``a`` and
+    of the permutation alike. An unrolled step on the last row only records its
+    pivot: the row is its own pivot and nothing lies below it.
     """
     m, n = a.shape[-2:]
     k = dim_min(m, n)
@@ -284,6 +288,8 @@ def lu(a: Any) -> tuple[Any, Any, Any]:
 
     def body(j, carry):
         a, pivots, perm = carry
+        if isinstance(j, int) and not is_symbolic(m) and j == m - 1:
+            return a, jnp.where(iota(k, j) == j, np.int32(j), pivots), perm
         rows, cols = iota(m, j), iota(n, j)
         col = index(a, j, -1)
         size = (
@@ -291,7 +297,9 @@ def lu(a: Any) -> tuple[Any, Any, Any]:
         )
         mag = jnp.where(rows >= j, size, -1)
         p = jnp.argmax(mag, axis=-1).astype(np.int32)
-        a, perm = swap_rows(a, j, p, in_range=True), swap_rows(perm, j, p, in_range=True)
+        order = swap_order(m, j, p)
+        a = in_order(a, order)
+        perm = order if isinstance(j, int) and j == 0 else in_order(perm, order)
         pivots = jnp.where(iota(k, j) == j, p[..., None], pivots)
         top = index(a, j, -2)
         pivot = index(top, j, -1)
@@ -303,6 +311,23 @@ def lu(a: Any) -> tuple[Any, Any, Any]:
         return a, pivots, perm
 
     return repeat(k, body, (a, pivots, perm))
+
+
+def swap_order(m: Any, j: Any, p: Any) -> Any:
+    """``arange(m)`` with entries ``j`` (same for every batch) and ``p`` (per batch, an
+    index in range) exchanged: the row order of a swap, int32 ``[..., m]``."""
+    rows = iota(m, j)
+    at = p if p.ndim == 0 else p[..., None]
+    return jnp.where(rows == j, at, jnp.where(rows == at, j, rows)).astype(np.int32)
+
+
+def in_order(x: Any, order: Any) -> Any:
+    """The rows of ``x`` (``[..., m]`` entries or ``[..., m, n]`` rows) in ``order``
+    (``[..., m]``, indices in range): one gather."""
+    if order.ndim == 1:
+        return x.at[order].get(mode="promise_in_bounds")
+    idx = order if x.ndim == order.ndim else order[..., None]
+    return jnp.take_along_axis(x, idx, axis=order.ndim - 1, mode="promise_in_bounds")
 
 
 def pivots_to_permutation(pivots: Any, *, permutation_size: int) -> Any:

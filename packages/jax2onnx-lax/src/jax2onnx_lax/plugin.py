@@ -34,6 +34,7 @@ FAMILIES = (
     "linalg",
     "linalg_eig",
     "linalg_eig_general",
+    "linalg_lu",
     "linalg_qr",
     "masked_update",
     "numpy_api",
