@@ -124,3 +124,27 @@ def test_leading_unit_axes_before_a_broadcasting_op_go_where_they_change_nothing
 def test_fusing_twice_gives_the_same_bytes():
     first = to_onnx(transformers_style, [("B", 5, 32)]).SerializeToString()
     assert to_onnx(transformers_style, [("B", 5, 32)]).SerializeToString() == first
+
+
+_CPU = ["CPUExecutionProvider"]
+
+
+def test_a_matrix_times_a_vector_multiplies_the_vector_first():
+    rng = np.random.default_rng(1)
+    weights = jnp.asarray(rng.standard_normal((6, 5)).astype(np.float32))
+    for shapes, fn, want_ops in (
+        ([(5,)], lambda v: weights @ v, ["MatMul"]),  # stored transposed: v @ w^T
+        ([(16, 16), (16,)], jnp.matmul, ["Unsqueeze", "MatMul", "Squeeze"]),
+        ([(4, 4), (4,)], jnp.matmul, ["MatMul"]),  # too small for two more nodes to pay off
+    ):
+        model = to_onnx(fn, shapes)
+        onnx.checker.check_model(model, full_check=True)
+        assert ops(model) == want_ops, ops(model)
+        if len(shapes) == 1:  # the vector multiplies the stored weights [5, 6]
+            assert model.graph.node[0].input[0] == "in_0"
+        args = [rng.standard_normal(s).astype(np.float32) for s in shapes]
+        session = ort.InferenceSession(
+            model.SerializeToString(), providers=["CPUExecutionProvider"]
+        )
+        (got,) = session.run(None, {i.name: a for i, a in zip(session.get_inputs(), args)})
+        np.testing.assert_allclose(got, np.asarray(fn(*args)), rtol=1e-5, atol=1e-5)

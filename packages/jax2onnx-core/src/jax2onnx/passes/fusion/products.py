@@ -12,6 +12,13 @@ row ``k`` of a matrix ``B`` stored in ``Q``: the product ``A @ B``. It becomes
 (a Reshape when the reads are in storage order, which then collapses with the
 Reshape that stored them). The sum of products is the runtime's own, so the
 numbers agree within the dtype's rounding, not bit for bit.
+
+A matrix times a vector, ``MatMul(M, v)`` with a 2-D ``M`` and a 1-D ``v``
+(``A @ x``), is ``MatMul(v, M^T)``: ONNX Runtime's MatMul takes a slow path for a
+1-D second operand (3.4x a ``v @ M`` of a 4x4 matrix, 36x at 256x256). A constant
+``M`` is stored transposed; a computed one of 256 elements or more multiplies
+``v`` as a ``[k, 1]`` column (Unsqueeze, MatMul, Squeeze), which costs two
+nodes that only pay off on a larger matrix.
 """
 
 from __future__ import annotations
@@ -21,7 +28,7 @@ from typing import Any
 import numpy as np
 
 from jax2onnx.passes.fusion.canonical import shape_of
-from jax2onnx.passes.fusion.match import Match, constant, node
+from jax2onnx.passes.fusion.match import Match, constant, node, rank, static_shape
 from jax2onnx.values.ir import ir
 
 _FLOATS = frozenset((ir.DataType.FLOAT, ir.DataType.DOUBLE, ir.DataType.FLOAT16))
@@ -122,4 +129,28 @@ def _matrix(ctx: Any, source: ir.Value, index: np.ndarray) -> ir.Node | None:
     return read
 
 
-REWRITES = ((("Add",), unrolled_product),)
+def vector_second(ctx: Any, matmul: ir.Node) -> bool:
+    """``MatMul(M, v)`` of a 2-D ``M`` and a 1-D ``v`` -> ``MatMul(v, M^T)`` (see the module)."""
+    matrix, vector = matmul.inputs
+    if rank(matrix) != 2 or rank(vector) != 1 or vector.dtype not in _FLOATS:
+        return False
+    match = Match(ctx.graph, matmul)
+    weights = constant(matrix)
+    if weights is not None:
+        stored = ctx.constant(np.ascontiguousarray(weights.T), "matmul_t")
+        product = node("MatMul", [vector, stored])
+        return match.replace([product], product.outputs[0])
+    shape = static_shape(matrix)
+    if shape is None or shape[0] * shape[1] < _COLUMN_FROM:
+        return False
+    axis = ctx.constant(np.array([-1], np.int64), "column")
+    column = node("Unsqueeze", [vector, axis])
+    product = node("MatMul", [matrix, column.outputs[0]])
+    flat = node("Squeeze", [product.outputs[0], axis])
+    return match.replace([column, product, flat], flat.outputs[0])
+
+
+# a computed matrix of at least this many elements multiplies a vector as a column
+_COLUMN_FROM = 256
+
+REWRITES = ((("Add",), unrolled_product), (("MatMul",), vector_second))
