@@ -268,7 +268,7 @@ def cholesky_update(r: Any, w: Any) -> Any:
 # -- LU ------------------------------------------------------------------------
 
 
-def lu(a: Any) -> tuple[Any, Any, Any]:
+def lu(a: Any, pivot: Callable[[Any], Any] | None = None) -> tuple[Any, Any, Any]:
     """LU with partial pivoting (the first largest ``|a_ij|`` of the column, as LAPACK;
     for complex entries ``|Re a_ij| + |Im a_ij|``, as BLAS's izamax).
 
@@ -276,8 +276,10 @@ def lu(a: Any) -> tuple[Any, Any, Any]:
     (not when the pivot is 0, as LAPACK) and subtracts the rank-one update from
     the trailing rows. Returns ``(lu, pivots, permutation)``, int32 indices.
 
-    A swap is a row order (:func:`swap_order`) that gathers the rows of ``a`` and
-    of the permutation alike. An unrolled step on the last row only records its
+    ``pivot(mag)`` picks the pivot row from the column's magnitudes, ``-2`` on rows
+    already pivoted (default: the first largest, a NaN counting as -1). A swap is a
+    row order (:func:`swap_order`) that gathers the rows of ``a`` and of the
+    permutation alike. An unrolled step on the last row only records its
     pivot: the row is its own pivot and nothing lies below it.
     """
     m, n = a.shape[-2:]
@@ -295,22 +297,27 @@ def lu(a: Any) -> tuple[Any, Any, Any]:
         size = (
             jnp.abs(jnp.real(col)) + jnp.abs(jnp.imag(col)) if jnp.iscomplexobj(a) else jnp.abs(col)
         )
-        mag = jnp.where(rows >= j, size, -1)
-        p = jnp.argmax(mag, axis=-1).astype(np.int32)
+        p = (first_largest if pivot is None else pivot)(jnp.where(rows >= j, size, -2))
         order = swap_order(m, j, p)
         a = in_order(a, order)
         perm = order if isinstance(j, int) and j == 0 else in_order(perm, order)
         pivots = jnp.where(iota(k, j) == j, p[..., None], pivots)
         top = index(a, j, -2)
-        pivot = index(top, j, -1)
-        pivot = jnp.where(pivot == 0, jnp.ones_like(pivot), pivot)
-        low = jnp.where(rows > j, index(a, j, -1) / pivot[..., None], 0)
+        head = index(top, j, -1)
+        head = jnp.where(head == 0, jnp.ones_like(head), head)
+        low = jnp.where(rows > j, index(a, j, -1) / head[..., None], 0)
         upper = jnp.where(cols > j, top, 0)
         a = a - low[..., :, None] * upper[..., None, :]
         a = jnp.where((rows > j)[:, None] & (cols == j)[None, :], low[..., :, None], a)
         return a, pivots, perm
 
     return repeat(k, body, (a, pivots, perm))
+
+
+def first_largest(mag: Any) -> Any:
+    """The first index of the largest ``mag`` along the last axis, a NaN counting as -1:
+    below every magnitude, above the -2 that marks rows already pivoted."""
+    return jnp.argmax(jnp.where(jnp.isnan(mag), -1, mag), axis=-1).astype(np.int32)
 
 
 def swap_order(m: Any, j: Any, p: Any) -> Any:

@@ -25,6 +25,30 @@ from jax2onnx_lax.linalg import complex_case, pivoted, refuse_complex, scipy_lin
 
 family = Family("lax")
 
+# the pivot search of ``lu`` as one primitive, so it lowers to a plain ArgMax
+lu_pivot_p = family.primitive("lu_pivot", impl=_linalg.first_largest, jvp=None)
+
+_MAGNITUDES = np.array([[1.0, np.nan, 5.0, -2.0], [np.nan, np.nan, -2.0, 0.0], [-2, 3, 3, 1]])
+
+
+@family.lowering(
+    lu_pivot_p,
+    cases=lambda: [
+        case("lu_pivot", lu_pivot_p.bind, [_MAGNITUDES]),
+        case("lu_pivot_batched_f64", lu_pivot_p.bind, [("B", 5)], variants=["f64"]),
+        case("lu_pivot_f16", lu_pivot_p.bind, [_MAGNITUDES.astype(np.float16)]),
+    ],
+)
+def lu_pivot(ctx, mag):
+    """``ArgMax`` of the magnitudes with NaN entries made -1 (IsNaN, Where): three nodes
+    where JAX's NaN-first ``argmax`` takes seven."""
+    dtype = np.dtype(ctx.avals_in[0].dtype)
+    if dtype not in (np.float32, np.float64):
+        mag, dtype = ctx.cast(mag, np.float32), np.dtype(np.float32)
+    key = ctx.op.Where(ctx.op.IsNaN(mag), ctx.const(np.array(-1, dtype)), mag)
+    return ctx.cast(ctx.op.ArgMax(key, axis=-1, keepdims=0, select_last_index=0), np.int32)
+
+
 # -- LU -------------------------------------------------------------------------------
 
 _SINGULAR = np.array([[1.0, 2.0, 3.0], [2.0, 4.0, 6.0], [1.0, 0.0, 1.0]])
@@ -110,13 +134,16 @@ _SINGULAR = np.array([[1.0, 2.0, 3.0], [2.0, 4.0, 6.0], [1.0, 0.0, 1.0]])
 )
 def lu(ctx, x, **_):
     """Decomposed: right-looking LU with partial pivoting (ArgMax of the column
-    magnitudes picks the pivot, Gather/Where swap rows, one rank-one update per step).
-    Complex pivots are chosen by ``|Re| + |Im|``, as LAPACK's zgetrf.
+    magnitudes picks the pivot, a Gather swaps rows, one rank-one update per step).
+    Complex pivots are chosen by ``|Re| + |Im|``, as LAPACK's zgetrf. A NaN entry
+    is passed over when a column has a number to pivot on (LAPACK's factors of
+    such a matrix are NaN whichever row it picks, and which it picks varies with
+    the BLAS build).
 
     The pivots remember the permutation computed with them, so a
     ``lu_pivots_to_permutation`` of them (``jax.scipy.linalg.lu_solve``, lineax's LU)
     reads it instead of replaying the swaps."""
-    factors, pivots, permutation = ctx.decompose(_linalg.lu, x)
+    factors, pivots, permutation = ctx.decompose(_linalg.lu, x, pivot=lu_pivot_p.bind)
     pivots.meta[_PERMUTATION] = (ctx.avals_in[0].shape[-2], permutation)
     return factors, pivots, permutation
 

@@ -148,7 +148,7 @@ def expand_operand(ctx: Any, op: ir.Node) -> bool:
         if expand is None:
             continue
         inputs = [v if i != k else expand.inputs[0] for i, v in enumerate(op.inputs)]
-        shapes = [static_or_symbolic(v) for v in inputs]
+        shapes = [static_or_symbolic(v) or _static(shape_of(v)) for v in inputs]
         if any(s is None for s in shapes) or broadcast(shapes) != out:
             continue
         if op.op_type == "PRelu" and k == 1:
@@ -159,6 +159,12 @@ def expand_operand(ctx: Any, op: ir.Node) -> bool:
             ctx.graph.remove(expand, safe=True)
         changed = True
     return changed
+
+
+def _static(shape: tuple[Any, ...] | None) -> tuple[int, ...] | None:
+    """``shape`` when every dim is an int: a static shape a producer implies (an
+    Unsqueeze's output the lowering left without one)."""
+    return shape if shape is not None and all(isinstance(d, int) for d in shape) else None
 
 
 def constant_where(ctx: Any, where: ir.Node) -> bool:
