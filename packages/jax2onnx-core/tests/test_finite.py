@@ -35,6 +35,12 @@ CASES = {  # fn, the op counts it converts to
     "max_abs": (lambda x: jnp.max(jnp.abs(x)), {"ReduceSum": 1, "IsNaN": 1}),
     "min_sqrt_rows": (lambda x: jnp.min(jnp.sqrt(x), axis=1), {"ReduceSum": 1, "IsNaN": 1}),
     "max_signed": (lambda x: jnp.max(x, axis=0), {"ReduceSum": 0, "IsNaN": 1}),  # may hold -inf
+    # abs of a magnitude is the magnitude; of a sqrt it stays (sqrt(-0) is -0: 1/-0 is -inf)
+    "max_abs_scaled_error": (
+        lambda x: jnp.max(jnp.abs(jnp.abs(x) / (1e-3 + 1e-2 * jnp.abs(x))), axis=1),
+        {"Abs": 1, "ReduceSum": 1},
+    ),
+    "abs_of_sqrt": (lambda x: 1 / jnp.abs(jnp.sqrt(x)), {"Abs": 1}),
 }
 
 

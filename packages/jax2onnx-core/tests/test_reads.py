@@ -230,3 +230,19 @@ def test_a_matrix_product_written_out_term_by_term_is_one_matmul():
     onnx.checker.check_model(model, full_check=True)
     assert _ops(model) == ["MatMul"], _ops(model)
     np.testing.assert_allclose(_run(model, a, b), np.asarray(fn(a, b)), rtol=1e-6, atol=1e-6)
+
+
+def test_gathers_read_int32_indices_without_a_cast():
+    def fn(x):  # JAX's indices are int32: Gather and GatherElements take them as they are
+        i = jnp.argmax(x[:, :3], axis=1)  # int32, in range
+        return x.at[i].get(mode="promise_in_bounds"), jnp.take_along_axis(x, i[:, None], axis=1)
+
+    x = np.random.default_rng(0).standard_normal((3, 4)).astype(np.float32)
+    model = to_onnx(fn, [x.shape])
+    onnx.checker.check_model(model, full_check=True)
+    made_by = {out: n.op_type for n in model.graph.node for out in n.output}
+    gathers = [n for n in model.graph.node if n.op_type in ("Gather", "GatherElements")]
+    assert len(gathers) == 2 and all(made_by.get(n.input[1]) != "Cast" for n in gathers)
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    for got, want in zip(session.run(None, {"in_0": x}), fn(jnp.asarray(x)), strict=True):
+        np.testing.assert_array_equal(got, np.asarray(want))

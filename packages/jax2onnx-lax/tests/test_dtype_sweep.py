@@ -671,6 +671,7 @@ NOT_SWEPT = {
     "rng_uniform": "refused by design: XLA's stateful generator has no defined numbers",
     "dim_as_value": "only exists for symbolic dimensions (symbolic cases of every shape op)",
     "empty2": "only in grad-of-cond residuals (its cases make it; it is a constant of the dtype)",
+    "lax.lu_pivot": "lu's own pivot search on its column magnitudes: swept through the lu probe",
 }
 
 

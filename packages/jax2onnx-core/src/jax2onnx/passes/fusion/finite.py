@@ -12,7 +12,10 @@ two Casts. A solver's step tests its state this way every iteration:
 * ``all(isfinite(x))`` is ``ReduceSum(x - x) == 0`` (three for five);
 * JAX's NaN-propagating ``max``/``min`` of an ``x`` that is ``>= 0`` or NaN
   (``|v|``, a maximum norm) tests ``IsNaN(ReduceSum(x))`` instead of a
-  reduction over a cast ``IsNaN(x)`` mask (four nodes for six).
+  reduction over a cast ``IsNaN(x)`` mask (four nodes for six);
+* ``Abs(x)`` of an ``x`` that is ``+0`` or more, or NaN, is ``x``: quotients,
+  products and sums of magnitudes (a scaled error ``|d| / (atol + rtol |y|)``
+  whose norm takes ``abs`` again).
 
 Each is exact for every input, empty reductions included (an empty ``any`` is
 false, an empty sum 0).
@@ -25,6 +28,7 @@ from typing import Any
 import numpy as np
 
 from jax2onnx.passes.fusion.match import Match, constant, int_attr, node, producer, rank
+from jax2onnx.passes.identities import take_place
 from jax2onnx.values.ir import ir
 
 _FLOATS = (ir.DataType.FLOAT, ir.DataType.DOUBLE, ir.DataType.FLOAT16, ir.DataType.BFLOAT16)
@@ -131,9 +135,41 @@ def _non_negative(value: ir.Value) -> bool:
     node = value.producer()
     if node is None or node.domain not in ("", "ai.onnx"):
         return False
-    return node.op_type in _NON_NEGATIVE or (
-        node.op_type == "Mul" and node.inputs[0] is node.inputs[1]
+    return (
+        node.op_type in _NON_NEGATIVE
+        or (node.op_type == "Mul" and node.inputs[0] is node.inputs[1])
+        or _unsigned(value)
     )
+
+
+# ops whose result is +0 or more (or NaN) when every operand is
+_CLOSED = frozenset(("Add", "Mul", "Div", "Max", "Min", "Sqrt"))
+
+
+def _unsigned(value: ir.Value | None, depth: int = 0) -> bool:
+    """Whether ``value`` is ``+0`` or more, or NaN, everywhere (never ``-0``): ``Abs``,
+    ``Exp``, ``Sigmoid``, ``Softplus``, a square, a constant of such numbers, and sums,
+    products, quotients, maxima, minima and square roots of those."""
+    if value is None or depth > 6:
+        return False
+    array = constant(value)
+    if array is not None:
+        return array.dtype.kind == "f" and not np.any(np.signbit(array))
+    node = value.producer()
+    if node is None or node.domain not in ("", "ai.onnx"):
+        return False
+    if node.op_type in ("Abs", "Exp", "Sigmoid", "Softplus"):
+        return True
+    if node.op_type == "Mul" and node.inputs[0] is node.inputs[1]:
+        return True
+    return node.op_type in _CLOSED and all(_unsigned(v, depth + 1) for v in node.inputs)
+
+
+def unsigned_abs(ctx: Any, op: ir.Node) -> bool:
+    """``Abs(x)`` of an ``x`` that is ``+0`` or more, or NaN, is ``x``."""
+    if op.inputs[0] is None or op.inputs[0].dtype not in _FLOATS or not _unsigned(op.inputs[0]):
+        return False
+    return take_place(op, op.inputs[0])
 
 
 def nan_extreme(ctx: Any, where: ir.Node) -> bool:
@@ -187,4 +223,5 @@ REWRITES = (
     (("Not",), nan_test),
     (("Cast",), finite_reduction),
     (("Where",), nan_extreme),
+    (("Abs",), unsigned_abs),
 )

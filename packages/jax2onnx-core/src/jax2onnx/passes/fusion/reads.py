@@ -5,6 +5,8 @@
   whole tensor once, in order (a tree sum's first step, a one-row
   accumulator), is its updates (``0 + u`` is ``u``, up to the sign of a zero,
   as :func:`.canonical.arithmetic_identity` takes ``x + 0``);
+* a ``Gather`` or ``GatherElements`` reads int32 indices as they are, not
+  through a Cast to int64 (both take either; JAX's indices are int32);
 * a ``Gather`` or ``GatherElements`` whose constant indices read every element
   in place (``x[[0, 1, 2]]`` of a length-3 axis, what a permutation of a static
   tree order leaves when it is the identity) is its input;
@@ -36,13 +38,29 @@ from typing import Any
 import numpy as np
 
 from jax2onnx.passes.fusion.canonical import shape_of
-from jax2onnx.passes.fusion.match import constant, ints, node
+from jax2onnx.passes.fusion.match import constant, ints, node, producer
 from jax2onnx.passes.identities import take_place
 from jax2onnx.values.ir import ir
 
 
 def _static(shape: tuple[Any, ...] | None) -> bool:
     return shape is not None and all(isinstance(d, int) for d in shape)
+
+
+def int32_indices(ctx: Any, gather: ir.Node) -> bool:
+    """``Gather(x, Cast(i, int64))`` of an int32 ``i`` -> ``Gather(x, i)`` (GatherElements too)."""
+    if len(gather.inputs) != 2:
+        return False
+    cast = producer(gather.inputs[1], "Cast")
+    if cast is None or cast.attributes.get_int("to", 0) != ir.DataType.INT64:
+        return False
+    if cast.inputs[0] is None or cast.inputs[0].dtype != ir.DataType.INT32:
+        return False
+    gather.replace_input_with(1, cast.inputs[0])
+    if not cast.outputs[0].uses() and not cast.outputs[0].is_graph_output():
+        if cast.graph is ctx.graph:
+            ctx.graph.remove(cast, safe=True)
+    return True
 
 
 def identity_gather(ctx: Any, gather: ir.Node) -> bool:
@@ -353,5 +371,6 @@ REWRITES = (
     (("Expand",), same_shape_expand),
     (("ScatterND",), scatter_into_zeros),
     (("Gather", "GatherElements"), identity_gather),
+    (("Gather", "GatherElements"), int32_indices),
     (("Squeeze",), squeezed_slice),
 )
