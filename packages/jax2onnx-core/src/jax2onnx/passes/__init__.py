@@ -42,6 +42,9 @@ step reading its counter as a constant; :class:`CollapseLinearMapsPass` then
 makes a web of ops linear in a few small tensors in a body (a Runge-Kutta
 step's stages, dense output and error estimate) one MatMul by a matrix
 composed at conversion per value it hands on;
+:class:`SinkIntoUpdatesPass` moves a Loop body's work on values an If refreshes
+now and then and otherwise passes on (a stage loop's LU factors) into the
+refreshing branch, its results carried;
 :class:`ForwardLoopCarriesPass` lets a Loop body return a carry (or its
 condition) as the body input it copies instead of through an Identity;
 :class:`LiftScalarsPass` keeps a leading unit axis on scalars read out of a
@@ -84,6 +87,7 @@ from jax2onnx.passes.reshapes import FoldReshapesPass
 from jax2onnx.passes.scalars import LiftScalarsPass
 from jax2onnx.passes.transposes import FoldTransposesPass
 from jax2onnx.passes.unroll import UnrollCountedLoopsPass
+from jax2onnx.passes.updates import SinkIntoUpdatesPass
 from jax2onnx.passes.weights import DeduplicateWeightsPass
 from jax2onnx.values.ir import common, ir
 
@@ -106,6 +110,7 @@ __all__ = [
     "HoistLoopInvariantsPass",
     "LiftScalarsPass",
     "MergeBodyDuplicatesPass",
+    "SinkIntoUpdatesPass",
     "UniqueNamesPass",
     "UnrollCountedLoopsPass",
     "VectorizeLanesPass",
@@ -157,6 +162,8 @@ def optimize(
         common.RemoveUnusedNodesPass(),
         common.CommonSubexpressionEliminationPass(),
         CollapseLinearMapsPass(),  # the steps' sums meet
+        common.RemoveUnusedNodesPass(),
+        SinkIntoUpdatesPass(),  # after the bodies are lean: what is left to move is counted
         common.RemoveUnusedNodesPass(),
         *precision,
         DeduplicateWeightsPass(),
