@@ -10,8 +10,8 @@ ORT's profiler: every node run, in Loop and If bodies once per step), each
 with the loop and indexing passes and without them (``HoistLoopInvariantsPass``,
 ``MergeBodyDuplicatesPass``, ``FoldIndexingPass``, ``FoldIndexRangesPass``,
 ``ComposeGathersPass``, ``LiftScalarsPass``, ``ForwardLoopCarriesPass``,
-``ExitLoopsEarlyPass``, ``CountLoopTripsPass``, ``UnrollCountedLoopsPass`` and
-``CollapseLinearMapsPass`` replaced by nothing for one
+``ExitLoopsEarlyPass``, ``CountLoopTripsPass``, ``UnrollCountedLoopsPass``,
+``CollapseLinearMapsPass`` and ``SinkIntoUpdatesPass`` replaced by nothing for one
 conversion, in this process only), the conversion time (median of 3), ONNX
 Runtime's latency against ``jax.jit`` of the same function on the same input
 (calls alternating after a warm-up; medians; a default session), and the
@@ -51,6 +51,7 @@ _COMPARED = (
     passes.CountLoopTripsPass,
     passes.UnrollCountedLoopsPass,
     passes.CollapseLinearMapsPass,
+    passes.SinkIntoUpdatesPass,
 )
 
 

@@ -73,3 +73,27 @@ def test_a_little_work_stays_in_the_body():
     fn = _refreshed_every_third_step(lambda m: jnp.tanh(m))
     moved = to_onnx(fn, [(3, 2), (3, 3)])
     assert "Tanh" in _body_ops(moved)  # one node would cost a carry and an Identity
+
+
+def test_a_refreshed_value_only_the_moved_work_read_is_no_longer_carried():
+    def fn(x, a):
+        def body(i, carry):
+            m, acc = carry
+            # refreshed from the step alone: after the move only the branch reads it
+            fresh = lambda: jnp.sin(a * i.astype(a.dtype)) + a  # noqa: E731
+            m = lax.cond(i % 3 == 0, fresh, lambda: m)
+            return m, acc + _heavy(m) @ x
+
+        return lax.fori_loop(0, 7, body, (a, jnp.zeros_like(x)))[1]
+
+    x = np.random.default_rng(1).standard_normal((4, 2)).astype(np.float32)
+    a = np.random.default_rng(2).standard_normal((4, 4)).astype(np.float32)
+    moved, kept = to_onnx(fn, [x.shape, a.shape]), _without_pass(fn, [x.shape, a.shape])
+    onnx.checker.check_model(moved, full_check=True)
+    loop = next(n for n in moved.graph.node if n.op_type == "Loop")
+    cond = next(n for n in loop.attribute[0].g.node if n.op_type == "If")
+    branches = [[n.op_type for n in a.g.node] for a in cond.attribute]
+    assert ["Identity"] in branches, branches  # passes on the work's result, not m
+    assert len(cond.output) == 1
+    np.testing.assert_array_equal(_run(moved, x, a), _run(kept, x, a))
+    np.testing.assert_allclose(_run(moved, x, a), jax.jit(fn)(x, a), rtol=1e-5, atol=1e-5)

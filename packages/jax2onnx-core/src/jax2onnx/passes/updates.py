@@ -18,7 +18,9 @@ results:
   the carries' starting values, placed before the Loop (folded when those are
   constants);
 * only when at least :data:`MARGIN` more nodes move than carries are added, and
-  only for Loops without scan outputs.
+  only for Loops without scan outputs;
+* a kept carry only the moved work read (and nobody after the Loop) goes, with
+  its Identity in the keeping branch.
 
 Exact: the same nodes on the same numbers, once per refresh instead of once per
 step. By induction the new carry holds the moved nodes' results on the kept
@@ -31,7 +33,7 @@ from __future__ import annotations
 from jax2onnx.passes.bodies import innermost_first_in, subgraphs
 from jax2onnx.passes.constants import FoldConstantsPass
 from jax2onnx.passes.fusion.match import new_constant
-from jax2onnx.passes.loops import HoistLoopInvariantsPass
+from jax2onnx.passes.loops import HoistLoopInvariantsPass, keep_carries
 from jax2onnx.values.ir import ir
 
 # nodes moved minus carries added, at least
@@ -126,6 +128,7 @@ def _sink(graph: ir.Graph, loop: ir.Node, body: ir.Graph, cond: ir.Node) -> bool
         if len(work) - len(read) < MARGIN:
             continue
         _move(graph, loop, body, cond, fresh, keep, kept, work, read)
+        _drop_dead(graph, loop, body, cond, keep, kept)
         return True
     return False
 
@@ -202,3 +205,54 @@ def _move(graph, loop, body, cond, fresh, keep, kept, work, read) -> None:
         final = loop.outputs[carried + j]
         final.type, final.shape = value.type, value.shape
     body.remove(list(reversed(work)), safe=True)
+
+
+def _drop_dead(graph, loop, body, cond, keep, kept) -> None:
+    """The kept carries only the keeping branch still reads (to pass them on) and nobody
+    reads after the Loop go, with their If outputs: the moved work was their reader."""
+    carried = len(loop.inputs) - 2
+    dead = {}
+    for r, k in kept.items():
+        passed = keep.outputs[r].producer()
+        if (
+            cond.outputs[r].uses()
+            or sum(v is cond.outputs[r] for v in body.outputs) != 1
+            or loop.outputs[k].uses()
+            or loop.outputs[k].is_graph_output()
+            or any(u.node is not passed for u in body.inputs[2 + k].uses())
+        ):
+            continue
+        dead[r] = k
+    if not dead:
+        return
+    gone = set(dead.values())
+    passing = [keep.outputs[r].producer() for r in dead]
+    keep_carries(graph, loop, [k for k in range(carried) if k not in gone])
+    live = [r for r in range(len(cond.outputs)) if r not in dead]
+    for branch in _branches(cond):
+        returned = list(branch.outputs)
+        branch.outputs[:] = [returned[r] for r in live]
+    keep.remove(passing, safe=True)
+    _replace_if(body, cond, live)
+
+
+def _replace_if(body: ir.Graph, cond: ir.Node, live: list[int]) -> None:
+    """``cond`` with only its outputs ``live`` (the branches already return just those)."""
+    new = ir.Node(
+        cond.domain,
+        "If",
+        list(cond.inputs),
+        list(cond.attributes.values()),
+        num_outputs=len(live),
+        name=cond.name,
+        metadata_props=dict(cond.metadata_props),
+    )
+    body.insert_before(cond, new)
+    for r, value in zip(live, new.outputs, strict=True):
+        old = cond.outputs[r]
+        value.type, value.shape, name = old.type, old.shape, old.name
+        old.replace_all_uses_with(value, replace_graph_outputs=True)
+        old.name = None
+        value.name = name
+    cond.resize_outputs(0)
+    body.remove(cond, safe=True)
