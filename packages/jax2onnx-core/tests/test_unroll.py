@@ -15,8 +15,20 @@ _TABLE = np.linspace(-1.0, 1.0, 18, dtype=np.float32).reshape(6, 3)
 _STAGES = np.tril(np.linspace(0.1, 0.9, 36, dtype=np.float32).reshape(6, 6), -1)
 
 
+def _unread_initializers(model: onnx.ModelProto) -> list[str]:
+    """Initializers no node of any graph reads (ONNX Runtime warns about each)."""
+    graphs, read, k = [model.graph], set(), 0
+    while k < len(graphs):
+        for node in graphs[k].node:
+            read.update(node.input)
+            graphs.extend(a.g for a in node.attribute if a.type == onnx.AttributeProto.GRAPH)
+        k += 1
+    return [i.name for g in graphs for i in g.initializer if i.name not in read]
+
+
 def _session(model: onnx.ModelProto) -> ort.InferenceSession:
     onnx.checker.check_model(model, full_check=True)
+    assert not _unread_initializers(model), _unread_initializers(model)  # the old steps' reads
     return ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
 
 

@@ -123,11 +123,16 @@ def drop_unused_initializers(model: ir.Model) -> None:
     """Initializers that nothing reads any more, of the main graph (a body now holds its
     own copy, after onnx_ir's unused-node removal ran) and of Loop/Scan/If bodies (a
     rewrite in the body made a constant, a later one made it unneeded), which onnx_ir
-    does not clear: ONNX Runtime warns about them."""
-    for graph in [model.graph, *nested_graphs(model.graph)]:
+    does not clear: ONNX Runtime warns about them. A read by a node no graph holds any
+    more (a body a pass wrote out, whose old nodes still point at their operands) is
+    no read."""
+    graphs = [model.graph, *nested_graphs(model.graph)]
+    held = {id(node) for graph in graphs for node in graph}
+    for graph in graphs:
         outputs = set(map(id, graph.outputs))
         for name, value in list(graph.initializers.items()):
-            if not value.uses() and id(value) not in outputs and not value.is_graph_input():
+            read = any(id(use.node) in held for use in value.uses())
+            if not read and id(value) not in outputs and not value.is_graph_input():
                 del graph.initializers[name]
 
 
