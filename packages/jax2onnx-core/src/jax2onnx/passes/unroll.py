@@ -27,9 +27,11 @@ A Loop is unrolled when
   counter carry the body steps by one from a start ``c0`` that takes one of
   a few known values (a constant or a ``Where`` of constants); the step for
   counter value ``v`` then runs exactly when ``c0 <= v < N``. Steps for
-  values every start reaches run as they are; the others compute and their
-  carries pass through a ``Where`` on ``c0 <= v``. A body that reads the
-  iteration number needs a constant start.
+  values every start reaches run as they are; the others are the taken
+  branch of an ``If`` on ``c0 <= v`` whose other branch passes the carries
+  on (diffrax's first stage, where the last step's final one is not reused:
+  computed at a solve's first step only). A body that reads the iteration
+  number needs a constant start.
 
 Every number stays: each step computes what the Loop's step computed, in the
 same order.
@@ -39,7 +41,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from jax2onnx.passes.bodies import innermost_first_in, subgraphs
+from jax2onnx.passes.bodies import innermost_first_in, nested_graphs, subgraphs
 from jax2onnx.passes.constants import FoldConstantsPass
 from jax2onnx.passes.fusion.match import constant, new_constant
 from jax2onnx.values.ir import ir
@@ -58,7 +60,7 @@ class UnrollCountedLoopsPass(ir.passes.InPlacePass):
         roots = {id(model.graph), *(id(f.graph) for f in model.functions.values())}
         # a Loop in a body runs its steps per outer step; one in the main graph once a call
         modified = innermost_first_in(
-            model, lambda graph, node: id(graph) not in roots and _visit(graph, node)
+            model, lambda graph, node: id(graph) not in roots and _visit(graph, node, model)
         )
         if modified:  # each step's reads by its constant counter fold (only when unrolled)
             FoldConstantsPass()(model)
@@ -77,7 +79,7 @@ def _passes(value: ir.Value, source: ir.Value) -> bool:
     return value is source or (identity and node.inputs[0] is source)
 
 
-def _visit(graph: ir.Graph, loop: ir.Node) -> bool:
+def _visit(graph: ir.Graph, loop: ir.Node, model: ir.Model) -> bool:
     if loop.op_type != "Loop" or loop.domain not in _ONNX or loop.inputs[0] is None:
         return False
     body = loop.attributes["body"].as_graph() if "body" in loop.attributes else None
@@ -112,14 +114,14 @@ def _visit(graph: ir.Graph, loop: ir.Node) -> bool:
         if counter is not None:
             dtype = body.inputs[2 + counter].dtype.numpy()
             mapping[2 + counter] = new_constant(graph, np.array(v, dtype), "counter")
+        if counter is not None and v < max(starts):  # a step only some starts take
+            test = _node(graph, loop, "LessOrEqual", [start, mapping[2 + counter]])
+            state = _guarded(graph, loop, body, mapping, test, state, counter, model)
+            continue
         outs = _inline(graph, loop, body, mapping)
-        guarded = counter is not None and v < max(starts)
-        test = _node(graph, loop, "LessOrEqual", [start, mapping[2 + counter]]) if guarded else None
         for k in range(carried):
-            if k == counter:
-                continue
-            step = outs[1 + k]
-            state[k] = _node(graph, loop, "Where", [test, step, state[k]]) if guarded else step
+            if k != counter:
+                state[k] = outs[1 + k]
     if counter is not None:
         dtype = body.inputs[2 + counter].dtype.numpy()
         state[counter] = new_constant(graph, np.array(end, dtype), "counter")
@@ -226,9 +228,63 @@ def _node(graph: ir.Graph, before: ir.Node, op: str, inputs: list) -> ir.Value:
     return node.outputs[0]
 
 
-def _inline(graph: ir.Graph, loop: ir.Node, body: ir.Graph, mapping: dict) -> list[ir.Value]:
-    """A copy of ``body`` in ``graph`` before ``loop``, its inputs read from ``mapping``
-    (position -> value); what the copy returns."""
+def _guarded(
+    graph: ir.Graph,
+    loop: ir.Node,
+    body: ir.Graph,
+    mapping: dict,
+    test: ir.Value,
+    state: list[ir.Value],
+    counter: int,
+    model: ir.Model,
+) -> list[ir.Value]:
+    """The carries after a step only some starts take: the step's copy in the taken
+    branch of an If on ``test``, the carries passed on as they came in the other, so
+    its nodes run only when it is taken (a Runge-Kutta step's first stage, computed
+    once per solve where the last stage of the step before is reused)."""
+    taken = ir.Graph([], [], nodes=[], name=f"{loop.name or 'loop'}_taken")
+    passed = ir.Graph([], [], nodes=[], name=f"{loop.name or 'loop'}_passed")
+    # a branch's values get names no graph of the model has: folding makes them initializers
+    # of the main graph under those names
+    graphs = (model.graph, *nested_graphs(model.graph))
+    names = {v.name for g in graphs for n in g for v in n.outputs} | set(model.graph.initializers)
+    outs = _inline(taken, None, body, mapping, names)
+    changed = [k for k in range(len(state)) if k != counter and outs[1 + k] is not state[k]]
+    for k in changed:
+        for branch, value in ((taken, outs[1 + k]), (passed, state[k])):
+            made = value.producer()
+            if made is None or made.graph is not branch or value in branch.outputs:
+                copy = ir.Node("", "Identity", [value], num_outputs=1)
+                copy.outputs[0].type, copy.outputs[0].shape = value.type, value.shape
+                branch.append(copy)
+                value = copy.outputs[0]
+            branch.outputs.append(value)
+    if not changed:
+        return state
+    attributes = [
+        ir.Attr("then_branch", ir.AttributeType.GRAPH, taken),
+        ir.Attr("else_branch", ir.AttributeType.GRAPH, passed),
+    ]
+    node = ir.Node("", "If", [test], attributes, num_outputs=len(changed))
+    node.metadata_props.update(loop.metadata_props)
+    graph.insert_before(loop, node)
+    state = list(state)
+    for k, value in zip(changed, node.outputs, strict=True):
+        value.type, value.shape = state[k].type, state[k].shape
+        state[k] = value
+    return state
+
+
+def _inline(
+    graph: ir.Graph,
+    loop: ir.Node | None,
+    body: ir.Graph,
+    mapping: dict,
+    names: frozenset[str] | set[str] = frozenset(),
+) -> list[ir.Value]:
+    """A copy of ``body`` in ``graph`` before ``loop`` (at its end for None), its inputs
+    read from ``mapping`` (position -> value), its values named apart from ``graph``'s
+    and ``names``; what the copy returns."""
     copy = body.clone(allow_outer_scope_values=True)
     results = list(copy.outputs)
     copy.outputs.clear()
@@ -243,7 +299,9 @@ def _inline(graph: ir.Graph, loop: ir.Node, body: ir.Graph, mapping: dict) -> li
         moved = new_constant(graph, value.const_value.numpy(), name)
         ir.convenience.replace_all_uses_with(value, moved)
         results = [moved if r is value else r for r in results]
-    taken = {v.name for n in graph for v in n.outputs} | set(graph.initializers)
+    inner = (graph, *nested_graphs(graph))  # a guarded step's branch among them
+    taken = {v.name for g in inner for n in g for v in n.outputs} | set(graph.initializers)
+    taken |= set(names)
     for node in list(copy):
         copy.remove(node)
         for out in node.outputs:  # the steps' values get names of their own
@@ -252,5 +310,8 @@ def _inline(graph: ir.Graph, loop: ir.Node, body: ir.Graph, mapping: dict) -> li
                 k += 1
             out.name = f"{base}_{k}"
             taken.add(out.name)
-        graph.insert_before(loop, node)
+        if loop is None:
+            graph.append(node)
+        else:
+            graph.insert_before(loop, node)
     return [mapping.get(given[id(r)]) if id(r) in given else r for r in results]
