@@ -105,6 +105,21 @@ def test_a_value_entering_as_it_is_stays_out_of_the_product():
     np.testing.assert_allclose(got, np.asarray(jax.jit(fn)(k, y0)), rtol=1e-6, atol=1e-6)
 
 
+def test_a_flat_value_entering_a_shaped_result_is_summed_flat_then_reshaped():
+    """``y0[:, None] + M k``: the sum runs on vectors, one Reshape makes the column (the
+    other flattens ``k`` for the product)."""
+
+    def step(k, y0):
+        return y0[:, None] + 0.1 * (0.5 * k[0] + 0.25 * k[1] - 0.125 * k[3])[:, None]
+
+    k, y0 = _stages(3)
+    fn = looped(step)
+    model, (got,) = _run(fn, k, y0)
+    ops = [n.op_type for n in _body(model).node if n.op_type not in ("Cos", "Identity")]
+    assert sorted(ops) == ["Add", "MatMul", "Reshape", "Reshape"], ops
+    np.testing.assert_allclose(got, np.asarray(jax.jit(fn)(k, y0)), rtol=1e-6, atol=1e-6)
+
+
 def test_a_linear_right_hand_side_in_a_loop_body_is_one_product():
     """RK4 of a linear ODE: every stage's right-hand side and combination in the body
     are one linear map of the state."""

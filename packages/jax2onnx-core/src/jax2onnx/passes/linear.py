@@ -369,19 +369,29 @@ class _Webs:
             terms = [self._product(add, flat, leaves, _columns(weights, out), out, dtype)]
         else:
             terms = []
+            # leaves stored flat for a shaped result: summed flat, reshaped once
+            size = (math.prod(out),)
+            late = len(out) > 1 and all(_static(leaf) == size for leaf, _, _ in scaled)
+            target = size if late else out
             for leaf, _, _ in scaled:
-                if _static(leaf) != out:
-                    shape = new_constant(self.graph, np.array(out, np.int64), "shape")
+                if _static(leaf) != target:
+                    shape = new_constant(self.graph, np.array(target, np.int64), "shape")
                     leaf = add("Reshape", [leaf, shape])
-                    leaf.shape = ir.Shape(list(out))
+                    leaf.shape = ir.Shape(list(target))
                 terms.append(leaf)
             if rest:
                 columns = np.concatenate([block for _, block, _ in rest])
-                terms.append(self._product(add, flat, [r[0] for r in rest], columns, out, dtype))
+                leaves = [r[0] for r in rest]
+                terms.append(self._product(add, flat, leaves, columns, target, dtype))
+            out = target if late else out
         total = terms[0]
         for term in terms[1:]:
             total = add("Add", [total, term])
         total.shape = ir.Shape(list(out))
+        if len(out) != len(_static(value)):  # summed flat: the value's own shape
+            shape = new_constant(self.graph, np.array(_static(value), np.int64), "shape")
+            total = add("Reshape", [total, shape])
+            total.shape = ir.Shape(list(_static(value)))
         for made in new:
             self.graph.insert_before(anchor, made)
         take_place(anchor, total)
