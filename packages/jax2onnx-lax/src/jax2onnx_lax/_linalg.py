@@ -268,7 +268,7 @@ def cholesky_update(r: Any, w: Any) -> Any:
 # -- LU ------------------------------------------------------------------------
 
 
-def lu(a: Any, pivot: Callable[[Any], Any] | None = None) -> tuple[Any, Any, Any]:
+def lu(a: Any, pivot: Callable[[Any], Any]) -> tuple[Any, Any, Any]:
     """LU with partial pivoting (the first largest ``|a_ij|`` of the column, as LAPACK;
     for complex entries ``|Re a_ij| + |Im a_ij|``, as BLAS's izamax).
 
@@ -277,7 +277,7 @@ def lu(a: Any, pivot: Callable[[Any], Any] | None = None) -> tuple[Any, Any, Any
     the trailing rows. Returns ``(lu, pivots, permutation)``, int32 indices.
 
     ``pivot(mag)`` picks the pivot row from the column's magnitudes, ``-2`` on rows
-    already pivoted (default: the first largest, a NaN counting as -1). A swap is a
+    already pivoted (:func:`first_largest`, bound as one primitive). A swap is a
     row order (:func:`swap_order`) that gathers the rows of ``a`` and of the
     permutation alike. An unrolled step on the last row only records its
     pivot: the row is its own pivot and nothing lies below it.
@@ -297,7 +297,7 @@ def lu(a: Any, pivot: Callable[[Any], Any] | None = None) -> tuple[Any, Any, Any
         size = (
             jnp.abs(jnp.real(col)) + jnp.abs(jnp.imag(col)) if jnp.iscomplexobj(a) else jnp.abs(col)
         )
-        p = (first_largest if pivot is None else pivot)(jnp.where(rows >= j, size, -2))
+        p = pivot(jnp.where(rows >= j, size, -2))
         order = swap_order(m, j, p)
         a = in_order(a, order)
         perm = order if isinstance(j, int) and j == 0 else in_order(perm, order)
