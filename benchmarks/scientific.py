@@ -11,8 +11,9 @@ with the loop and indexing passes and without them (``HoistLoopInvariantsPass``,
 ``MergeBodyDuplicatesPass``, ``FoldIndexingPass``, ``FoldIndexRangesPass``,
 ``ComposeGathersPass``, ``LiftScalarsPass``, ``ForwardLoopCarriesPass``,
 ``ExitLoopsEarlyPass``, ``CountLoopTripsPass``, ``UnrollCountedLoopsPass``,
-``CollapseLinearMapsPass`` and ``SinkIntoUpdatesPass`` replaced by nothing for one
-conversion, in this process only), the conversion time (median of 3), ONNX
+``CollapseLinearMapsPass``, ``SinkIntoUpdatesPass`` and ``SelectInBodiesPass``
+replaced by nothing for one conversion, in this process only, with
+``jax2onnx_testkit.passes_off``), the conversion time (median of 3), ONNX
 Runtime's latency against ``jax.jit`` of the same function on the same input
 (calls alternating after a warm-up; medians; a default session), and the
 largest absolute difference of the outputs.
@@ -21,7 +22,6 @@ largest absolute difference of the outputs.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import statistics
 import sys
 import time
@@ -33,8 +33,7 @@ import onnxruntime as ort
 
 import jax2onnx
 from jax2onnx import passes
-from jax2onnx.values.ir import ir
-from jax2onnx_testkit import op_counts
+from jax2onnx_testkit import op_counts, passes_off
 
 sys.path.insert(0, str(Path(__file__).parent))
 from run import _latencies  # noqa: E402 - the interleaved timing of benchmarks/run.py
@@ -52,19 +51,8 @@ _COMPARED = (
     passes.UnrollCountedLoopsPass,
     passes.CollapseLinearMapsPass,
     passes.SinkIntoUpdatesPass,
+    passes.SelectInBodiesPass,
 )
-
-
-@contextlib.contextmanager
-def compared_passes_off():
-    calls = [cls.call for cls in _COMPARED]
-    for cls in _COMPARED:
-        cls.call = lambda self, model: ir.passes.PassResult(model, False)
-    try:
-        yield
-    finally:
-        for cls, call in zip(_COMPARED, calls, strict=True):
-            cls.call = call
 
 
 def nodes(model) -> int:
@@ -94,7 +82,7 @@ def node_runs(proto, feed) -> tuple[int, int]:
 
 def measure(name: str, fn, shape, runs: int) -> dict[str, str]:
     x = np.random.default_rng(0).uniform(0.9, 1.1, shape).astype(np.float32)
-    with compared_passes_off():
+    with passes_off(*_COMPARED):
         plain = jax2onnx.to_onnx(fn, [x])
     times = []
     for _ in range(3):

@@ -5,8 +5,6 @@ bit for bit (each vector op computes per element what its lane did), and
 against ``jax.jit`` at float tolerance.
 """
 
-import contextlib
-
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -15,7 +13,7 @@ import onnxruntime as ort
 
 from jax2onnx import to_onnx
 from jax2onnx.passes import CollapseLinearMapsPass, VectorizeLanesPass
-from jax2onnx.values.ir import ir
+from jax2onnx_testkit import passes_off
 
 
 def quat_mul(u, v):  # as MuJoCo MJX writes it: one expression per component
@@ -42,14 +40,8 @@ def matmul_unroll(a, b):  # a 3x3 product written cell by cell
     return jnp.array(rows)
 
 
-@contextlib.contextmanager
 def _without_pass(cls=VectorizeLanesPass):
-    call = cls.call
-    cls.call = lambda self, model: ir.passes.PassResult(model, False)
-    try:
-        yield
-    finally:
-        cls.call = call
+    return passes_off(cls)
 
 
 def _count(graph) -> int:

@@ -12,7 +12,7 @@ from jax import lax
 
 from jax2onnx import to_onnx
 from jax2onnx.passes import SinkIntoUpdatesPass
-from jax2onnx.values.ir import ir
+from jax2onnx_testkit import passes_off
 
 _CPU = ["CPUExecutionProvider"]
 
@@ -46,12 +46,8 @@ def _run(model, *args):
 
 
 def _without_pass(fn, shapes):
-    call = SinkIntoUpdatesPass.call
-    SinkIntoUpdatesPass.call = lambda self, model: ir.passes.PassResult(model, False)
-    try:
+    with passes_off(SinkIntoUpdatesPass):
         return to_onnx(fn, shapes)
-    finally:
-        SinkIntoUpdatesPass.call = call
 
 
 def test_work_on_a_refreshed_factor_runs_once_per_refresh():

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from jax2onnx_testkit.check import CaseVariant, check_case, compare, variants_of
     from jax2onnx_testkit.expect import expect_graph, op_counts
+    from jax2onnx_testkit.passes import passes_off
 
 _LAZY = {
     "CaseVariant": "jax2onnx_testkit.check",
@@ -23,6 +24,7 @@ _LAZY = {
     "variants_of": "jax2onnx_testkit.check",
     "expect_graph": "jax2onnx_testkit.expect",
     "op_counts": "jax2onnx_testkit.expect",
+    "passes_off": "jax2onnx_testkit.passes",
 }
 
 
@@ -35,4 +37,12 @@ def __getattr__(name: str):
     return getattr(importlib.import_module(module), name)
 
 
-__all__ = ["CaseVariant", "check_case", "compare", "expect_graph", "op_counts", "variants_of"]
+__all__ = [
+    "CaseVariant",
+    "check_case",
+    "compare",
+    "expect_graph",
+    "op_counts",
+    "passes_off",
+    "variants_of",
+]

@@ -12,6 +12,19 @@ Also here, the tests those selections read: ``Equal(Cast(b), 0)`` of a boolean `
 cast to a number is ``Not(b)`` and ``Equal(Cast(b), 1)`` is ``b`` (how
 ``lax.cond`` on a boolean picks its branch index); and ``If(Not(c), A, B)`` is
 ``If(c, B, A)``.
+
+And the result codes solvers carry (optimistix, lineax and diffrax keep an int32
+code, ``RESULTS.where(failed, code, result)``, and test it against "successful"):
+
+* ``Equal(Where(c, a, b), k)`` of constants ``a``, ``b``, ``k`` (one element each) is
+  ``c`` when only ``a`` equals ``k``, ``Not(c)`` when only ``b`` does (a scalar constant
+  when both or neither do and ``c`` is a scalar);
+* ``Where(Not(Equal(x, k)), x, k)`` and ``Where(Equal(x, k), k, x)`` are ``x``, for
+  integers and booleans (where ``x`` equals ``k`` it is ``k``; not for floats, where
+  -0.0 equals 0.0);
+* ``Gather(t, w)`` of a constant vector ``t`` and a tree ``w`` of Wheres (each read only
+  there) whose leaves are one-element constants in ``t``'s range is the same tree
+  with the leaves ``t[leaf]`` (a code mapped through a table: one Gather less).
 """
 
 from __future__ import annotations
@@ -108,8 +121,118 @@ def negated_branch(ctx: Any, node: ir.Node) -> bool:
     return True
 
 
+def _scalar(value: ir.Value | None) -> Any:
+    array = constant(value)
+    return None if array is None or array.size != 1 else array.reshape(())
+
+
+def code_test(ctx: Any, equal: ir.Node) -> bool:
+    """``Equal(Where(c, a, b), k)`` of one-element constants: ``c``, ``Not(c)`` or a constant."""
+    for k in (0, 1):
+        where, number = producer(equal.inputs[k], "Where"), _scalar(equal.inputs[1 - k])
+        if where is None or number is None or len(where.inputs) != 3:
+            continue
+        test, a, b = where.inputs
+        a, b = _scalar(a), _scalar(b)
+        if a is None or b is None or test is None or shape_of(test) is None:
+            continue
+        if shape_of(test) != shape_of(equal.outputs[0]):
+            continue
+        hit_a, hit_b = bool(np.equal(a, number)), bool(np.equal(b, number))
+        if hit_a and not hit_b:
+            return take_place(equal, test)
+        if hit_b and not hit_a:
+            negation = ir.Node("", "Not", [test], num_outputs=1)
+            negation.outputs[0].type, negation.outputs[0].shape = test.type, test.shape
+            negation.metadata_props.update(equal.metadata_props)
+            equal.graph.insert_before(equal, negation)
+            return take_place(equal, negation.outputs[0])
+        if shape_of(test) == ():
+            return take_place(equal, ctx.constant(np.asarray(hit_a), "code_test"))
+    return False
+
+
+def kept_code(ctx: Any, where: ir.Node) -> bool:
+    """``Where(Not(Equal(x, k)), x, k)`` and ``Where(Equal(x, k), k, x)`` are ``x``
+    (integers and booleans of the result's shape, ``k`` one element)."""
+    if len(where.inputs) != 3 or any(v is None for v in where.inputs):
+        return False
+    test, a, b = where.inputs
+    negation = producer(test, "Not")
+    if negation is not None:
+        test, a, b = negation.inputs[0], b, a
+    equal = producer(test, "Equal")
+    if equal is None or len(equal.inputs) != 2:
+        return False
+    for k in (0, 1):
+        x, number = equal.inputs[k], equal.inputs[1 - k]
+        if x is not b or _scalar(number) is None or not _same(number, a):
+            continue
+        if x.dtype is None or not (x.dtype.is_integer() or x.dtype == ir.DataType.BOOL):
+            return False
+        if shape_of(x) is None or shape_of(x) != shape_of(where.outputs[0]):
+            return False
+        return take_place(where, x)
+    return False
+
+
+_TREE = 4  # Wheres deep, at most
+
+
+def mapped_codes(ctx: Any, gather: ir.Node) -> bool:
+    """``Gather(t, tree of Wheres over constants)`` -> the tree over ``t[leaf]``."""
+    if len(gather.inputs) != 2 or gather.attributes.get_int("axis", 0) != 0:
+        return False
+    table = constant(gather.inputs[0])
+    tree = producer(gather.inputs[1], "Where")
+    if table is None or table.ndim != 1 or tree is None:
+        return False
+    leaves: list[ir.Value] = []
+    if not _tree(tree, leaves, _TREE, len(table)):
+        return False
+    mapped = {}
+    for leaf in leaves:
+        entry = table[int(_scalar(leaf))]
+        mapped[id(leaf)] = ctx.constant(np.asarray(entry, table.dtype), "code")
+    copy = _copy(ctx.graph, tree, mapped, gather)
+    return take_place(gather, copy)
+
+
+def _tree(where: ir.Node, leaves: list[ir.Value], depth: int, size: int) -> bool:
+    if depth == 0 or len(where.inputs) != 3 or any(v is None for v in where.inputs):
+        return False
+    for value in where.inputs[1:]:
+        inner = producer(value, "Where")
+        if inner is not None:
+            if len(value.uses()) != 1 or value.is_graph_output() or inner.graph is not where.graph:
+                return False
+            if not _tree(inner, leaves, depth - 1, size):
+                return False
+            continue
+        index = _scalar(value)
+        if index is None or index.dtype.kind not in "iu" or not -size <= int(index) < size:
+            return False
+        leaves.append(value)
+    return True
+
+
+def _copy(graph: ir.Graph, where: ir.Node, mapped: dict, before: ir.Node) -> ir.Value:
+    operands = [where.inputs[0]]
+    for value in where.inputs[1:]:
+        inner = producer(value, "Where")
+        operands.append(mapped[id(value)] if inner is None else _copy(graph, inner, mapped, before))
+    node = ir.Node("", "Where", operands, num_outputs=1)
+    node.outputs[0].type, node.outputs[0].shape = before.outputs[0].type, where.outputs[0].shape
+    node.metadata_props.update(where.metadata_props)
+    graph.insert_before(before, node)
+    return node.outputs[0]
+
+
 REWRITES = (
     (("Where",), repeated_condition),
+    (("Where",), kept_code),
     (("Equal",), boolean_index_test),
+    (("Equal",), code_test),
+    (("Gather",), mapped_codes),
     (("If",), negated_branch),
 )
