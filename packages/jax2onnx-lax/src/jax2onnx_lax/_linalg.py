@@ -280,38 +280,51 @@ def lu(a: Any, pivot: Callable[[Any], Any]) -> tuple[Any, Any, Any]:
     already pivoted (:func:`first_largest`, bound as one primitive). A swap is a
     row order (:func:`swap_order`) that gathers the rows of ``a`` and of the
     permutation alike. An unrolled step on the last row only records its
-    pivot: the row is its own pivot and nothing lies below it.
+    pivot: the row is its own pivot and nothing lies below it; unrolled steps'
+    pivots are stacked once at the end (one write each in a loop).
     """
     m, n = a.shape[-2:]
     k = dim_min(m, n)
     batch = a.shape[:-2]
     perm = jnp.broadcast_to(lax.iota(np.int32, m), (*batch, m))
-    pivots = jnp.zeros((*batch, k), np.int32)
+    if unrolled(k) and not is_symbolic(m):  # the steps' pivots stacked once at the end
+        found = []
+        for j in range(k):
+            if j == m - 1:  # the last row is its own pivot, nothing lies below it
+                found.append(jnp.full(batch, j, np.int32))
+                continue
+            a, p, perm = _lu_step(a, perm, j, pivot)
+            found.append(p)
+        pivots = jnp.stack(found, axis=-1) if found else jnp.zeros((*batch, 0), np.int32)
+        return a, pivots, perm
 
     def body(j, carry):
         a, pivots, perm = carry
-        if isinstance(j, int) and not is_symbolic(m) and j == m - 1:
-            return a, jnp.where(iota(k, j) == j, np.int32(j), pivots), perm
-        rows, cols = iota(m, j), iota(n, j)
-        col = index(a, j, -1)
-        size = (
-            jnp.abs(jnp.real(col)) + jnp.abs(jnp.imag(col)) if jnp.iscomplexobj(a) else jnp.abs(col)
-        )
-        p = pivot(jnp.where(rows >= j, size, -2))
-        order = swap_order(m, j, p)
-        a = in_order(a, order)
-        perm = order if isinstance(j, int) and j == 0 else in_order(perm, order)
-        pivots = jnp.where(iota(k, j) == j, p[..., None], pivots)
-        top = index(a, j, -2)
-        head = index(top, j, -1)
-        head = jnp.where(head == 0, jnp.ones_like(head), head)
-        low = jnp.where(rows > j, index(a, j, -1) / head[..., None], 0)
-        upper = jnp.where(cols > j, top, 0)
-        a = a - low[..., :, None] * upper[..., None, :]
-        a = jnp.where((rows > j)[:, None] & (cols == j)[None, :], low[..., :, None], a)
-        return a, pivots, perm
+        a, p, perm = _lu_step(a, perm, j, pivot)
+        return a, jnp.where(iota(k, j) == j, p[..., None], pivots), perm
 
+    pivots = jnp.zeros((*batch, k), np.int32)
     return repeat(k, body, (a, pivots, perm))
+
+
+def _lu_step(a: Any, perm: Any, j: Any, pivot: Callable[[Any], Any]) -> tuple[Any, Any, Any]:
+    """Step ``j`` of :func:`lu`: the factors so far, the pivot row and the permutation."""
+    m, n = a.shape[-2:]
+    rows, cols = iota(m, j), iota(n, j)
+    col = index(a, j, -1)
+    size = jnp.abs(jnp.real(col)) + jnp.abs(jnp.imag(col)) if jnp.iscomplexobj(a) else jnp.abs(col)
+    p = pivot(jnp.where(rows >= j, size, -2))
+    order = swap_order(m, j, p)
+    a = in_order(a, order)
+    perm = order if isinstance(j, int) and j == 0 else in_order(perm, order)
+    top = index(a, j, -2)
+    head = index(top, j, -1)
+    head = jnp.where(head == 0, jnp.ones_like(head), head)
+    low = jnp.where(rows > j, index(a, j, -1) / head[..., None], 0)
+    upper = jnp.where(cols > j, top, 0)
+    a = a - low[..., :, None] * upper[..., None, :]
+    a = jnp.where((rows > j)[:, None] & (cols == j)[None, :], low[..., :, None], a)
+    return a, p, perm
 
 
 def first_largest(mag: Any) -> Any:
