@@ -5,6 +5,7 @@ plain sum would be NaN), finite values and an empty axis, and compares with JAX
 exactly (booleans, and maxima and minima with their NaNs).
 """
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import onnx
@@ -41,6 +42,7 @@ CASES = {  # fn, the op counts it converts to
         {"Abs": 1, "ReduceSum": 1},
     ),
     "abs_of_sqrt": (lambda x: 1 / jnp.abs(jnp.sqrt(x)), {"Abs": 1}),
+    "abs_of_a_dot_product": (lambda x: 1 / jnp.abs(x[0] @ x[0]), {"Abs": 0}),
 }
 
 
@@ -70,3 +72,22 @@ def test_before_opset_18_the_reductions_stay_and_agree():
     model = to_onnx(fn, [INPUTS[0].astype(np.float32)], opset=17)
     assert "ReduceMax" in op_counts(model)
     _check(model, fn, [x.astype(np.float32) for x in INPUTS])
+
+
+def test_abs_of_a_carried_sum_of_squares_goes():
+    def fn(x):  # CG's r.r: carried from one step to the next, |r.r| is r.r
+        def cond(carry):
+            _, rr, k = carry
+            return (rr > 1e-3) & (k < 20)
+
+        def body(carry):
+            r, rr, k = carry
+            r = r * 0.5 - jnp.abs(rr) * 1e-3
+            return r, r @ r, k + 1
+
+        return jax.lax.while_loop(cond, body, (x, x @ x, 0))[1]
+
+    model = to_onnx(fn, [("B",)])
+    assert op_counts(model).get("Abs", 0) == 0, op_counts(model)
+    inputs = [np.array(v, np.float32) for v in ([1.0, -2.0, 0.5], [0.25, NAN], [INF, 1.0])]
+    _check(model, fn, inputs)

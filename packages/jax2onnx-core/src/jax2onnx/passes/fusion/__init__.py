@@ -33,7 +33,7 @@ from typing import Any
 
 import numpy as np
 
-from jax2onnx.passes.bodies import nested_graphs
+from jax2onnx.passes.bodies import nested_graphs, subgraphs
 from jax2onnx.passes.fusion import (
     attention,
     axes,
@@ -90,10 +90,13 @@ MAX_ROUNDS = 8
 class Context:
     """What a rewrite reads besides the node: the graph, the opset, the options."""
 
-    def __init__(self, graph: ir.Graph, opset: int, normalization_mode: str) -> None:
+    def __init__(
+        self, graph: ir.Graph, opset: int, normalization_mode: str, owner: ir.Node | None = None
+    ) -> None:
         self.graph = graph
         self.opset = opset
         self.normalization_mode = normalization_mode
+        self.owner = owner  # the Loop, Scan or If whose body or branch ``graph`` is
 
     def constant(self, array: np.ndarray, hint: str) -> ir.Value:
         """A new initializer of the graph holding ``array``."""
@@ -114,8 +117,14 @@ class FusePatternsPass(ir.passes.InPlacePass):
         opset = model.opset_imports.get("", model.graph.opset_imports.get("", 1))
         modified = False
         # the main graph, then every Loop/Scan/If body in it, where each node runs per step
+        owners = {
+            id(sub): node
+            for graph in [model.graph, *nested_graphs(model.graph)]
+            for node in graph
+            for sub in subgraphs(node)
+        }
         for graph in [model.graph, *nested_graphs(model.graph)]:
-            ctx = Context(graph, opset, self.normalization_mode)
+            ctx = Context(graph, opset, self.normalization_mode, owners.get(id(graph)))
             for group in self.groups:
                 by_type: dict[str, list[Callable[[Any, ir.Node], bool]]] = {}
                 for op_types, rewrite in group:

@@ -146,12 +146,15 @@ def _non_negative(value: ir.Value) -> bool:
 _CLOSED = frozenset(("Add", "Mul", "Div", "Max", "Min", "Sqrt"))
 
 
-def _unsigned(value: ir.Value | None, depth: int = 0) -> bool:
+def _unsigned(value: ir.Value | None, depth: int = 0, assumed: ir.Value | None = None) -> bool:
     """Whether ``value`` is ``+0`` or more, or NaN, everywhere (never ``-0``): ``Abs``,
-    ``Exp``, ``Sigmoid``, ``Softplus``, a square, a constant of such numbers, and sums,
-    products, quotients, maxima, minima and square roots of those."""
+    ``Exp``, ``Sigmoid``, ``Softplus``, a square, a vector's dot product with itself, a
+    constant of such numbers, and sums, products, quotients, maxima, minima and square
+    roots of those (``assumed``: a value taken to be such, a Loop carry's induction)."""
     if value is None or depth > 6:
         return False
+    if value is assumed:
+        return True
     array = constant(value)
     if array is not None:
         return array.dtype.kind == "f" and not np.any(np.signbit(array))
@@ -162,14 +165,35 @@ def _unsigned(value: ir.Value | None, depth: int = 0) -> bool:
         return True
     if node.op_type == "Mul" and node.inputs[0] is node.inputs[1]:
         return True
-    return node.op_type in _CLOSED and all(_unsigned(v, depth + 1) for v in node.inputs)
+    if node.op_type == "MatMul" and node.inputs[0] is node.inputs[1] and _vector(node.inputs[0]):
+        return True  # sum of squares: +0 for an all-zero vector, NaN with a NaN
+    return node.op_type in _CLOSED and all(_unsigned(v, depth + 1, assumed) for v in node.inputs)
+
+
+def _vector(value: ir.Value) -> bool:
+    return value.shape is not None and len(value.shape) == 1
+
+
+def _unsigned_carry(ctx: Any, value: ir.Value) -> bool:
+    """A Loop carry that starts ``+0`` or more (or NaN) and that the body returns so
+    whenever it came so (induction over the steps)."""
+    loop, body = ctx.owner, ctx.graph
+    if loop is None or loop.op_type != "Loop" or not value.is_graph_input():
+        return False
+    k = next((i for i, v in enumerate(body.inputs) if v is value), None)
+    if k is None or k < 2 or len(body.outputs) <= k - 1 or len(loop.inputs) <= k:
+        return False
+    return _unsigned(loop.inputs[k]) and _unsigned(body.outputs[k - 1], assumed=value)
 
 
 def unsigned_abs(ctx: Any, op: ir.Node) -> bool:
     """``Abs(x)`` of an ``x`` that is ``+0`` or more, or NaN, is ``x``."""
-    if op.inputs[0] is None or op.inputs[0].dtype not in _FLOATS or not _unsigned(op.inputs[0]):
+    x = op.inputs[0]
+    if x is None or x.dtype not in _FLOATS:
         return False
-    return take_place(op, op.inputs[0])
+    if not (_unsigned(x) or _unsigned_carry(ctx, x)):
+        return False
+    return take_place(op, x)
 
 
 def nan_extreme(ctx: Any, where: ir.Node) -> bool:
