@@ -75,7 +75,8 @@ GROUPS: tuple[tuple[Rewrite, ...], ...] = (
     rotary.REWRITES,
     attention.REWRITES,
     rectifiers.REWRITES,  # the patterns above read max/min forms themselves
-    axes.LATE,  # operands lose the unit axes the patterns above may read
+    axes.LATE  # operands lose the unit axes the patterns above may read
+    + finite.LATE,  # any/all of booleans reduce them directly (opset 20)
 )
 # what ComposeGathersPass and the constant folding after the fusions leave (a second
 # FusePatternsPass): products of element reads, reads by indices that became constant

@@ -15,7 +15,10 @@ two Casts. A solver's step tests its state this way every iteration:
   reduction over a cast ``IsNaN(x)`` mask (four nodes for six);
 * ``Abs(x)`` of an ``x`` that is ``+0`` or more, or NaN, is ``x``: quotients,
   products and sums of magnitudes (a scaled error ``|d| / (atol + rtol |y|)``
-  whose norm takes ``abs`` again).
+  whose norm takes ``abs`` again), also a Loop carry that starts and stays so;
+* last, from opset 20, an ``any``/``all`` left over axes known not to be empty
+  reduces the booleans themselves (one node for three; ONNX Runtime refuses an
+  empty boolean reduction).
 
 Each is exact for every input, empty reductions included (an empty ``any`` is
 false, an empty sum 0).
@@ -27,7 +30,8 @@ from typing import Any
 
 import numpy as np
 
-from jax2onnx.passes.fusion.match import Match, constant, int_attr, node, producer, rank
+from jax2onnx.passes.fusion.canonical import shape_of
+from jax2onnx.passes.fusion.match import Match, constant, int_attr, ints, node, producer, rank
 from jax2onnx.passes.identities import take_place
 from jax2onnx.values.ir import ir
 
@@ -243,9 +247,41 @@ def _same_constants(a: ir.Node, b: ir.Node) -> bool:
     return x is not None and y is not None and np.array_equal(x, y)
 
 
+def bool_fold(ctx: Any, back: ir.Node) -> bool:
+    """``Cast(ReduceMax(Cast(b, uint8)), bool)`` (``any``; ReduceMin: ``all``) is
+    ``ReduceMax(b)`` from opset 20, which reduces booleans, over axes known not to be
+    empty (ONNX Runtime refuses an empty boolean reduction, JAX's any of none is false)."""
+    if ctx.opset < 20 or int_attr(back, "to", 0) != ir.DataType.BOOL:
+        return False
+    reduce = producer(back.inputs[0], "ReduceMax", "ReduceMin")
+    there = producer(reduce.inputs[0], "Cast") if reduce is not None else None
+    if there is None or there.inputs[0] is None or there.inputs[0].dtype != ir.DataType.BOOL:
+        return False
+    if "axes" in reduce.attributes or int_attr(reduce, "noop_with_empty_axes", 0):
+        return False
+    flag = there.inputs[0]
+    shape = shape_of(flag)
+    axes = ints(reduce.inputs[1]) if len(reduce.inputs) > 1 and reduce.inputs[1] else None
+    if shape is None or (axes is None and len(reduce.inputs) > 1 and reduce.inputs[1]):
+        return False
+    reduced = range(len(shape)) if axes is None else axes
+    if not all(isinstance(shape[a], int) and shape[a] > 0 for a in reduced):
+        return False
+    fold = node(
+        reduce.op_type, [flag, *reduce.inputs[1:2]], keepdims=int_attr(reduce, "keepdims", 1)
+    )
+    fold.outputs[0].dtype = ir.DataType.BOOL
+    fold.outputs[0].shape = back.outputs[0].shape
+    match = Match(ctx.graph, back)
+    match.take(reduce, there)
+    return match.replace([fold], fold.outputs[0])
+
+
 REWRITES = (
     (("Not",), nan_test),
     (("Cast",), finite_reduction),
     (("Where",), nan_extreme),
     (("Abs",), unsigned_abs),
 )
+# after every pattern reading the uint8 form (the NaN tests above, the norms)
+LATE = ((("Cast",), bool_fold),)
