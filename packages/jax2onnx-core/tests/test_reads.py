@@ -121,6 +121,25 @@ def test_a_slice_cutting_out_one_stacked_piece_is_the_piece():
         np.testing.assert_array_equal(_run(rewritten, a, b), _run(proto, a, b))
 
 
+def test_a_slice_inside_one_piece_cuts_that_piece():
+    # a substitution's rows stacked one by one, read back from the last stack
+    f = lambda name, shape: helper.make_tensor_value_info(name, TensorProto.FLOAT, shape)  # noqa: E731
+    for start, end, slices in ((2, 5, 0), (0, 2, 0), (3, 5, 1), (5, 7, 0), (4, 6, 1)):
+        nodes = [
+            helper.make_node("Concat", ["a", "b"], ["ab"], axis=1),
+            helper.make_node("Concat", ["ab", "c"], ["abc"], axis=1),
+            helper.make_node("Slice", ["abc", "s", "e", "x"], ["y"]),
+            helper.make_node("Neg", ["y"], ["out"]),
+        ]
+        inits = [_i64("s", [start]), _i64("e", [end]), _i64("x", [1])]
+        proto, rewritten = _rewritten(
+            nodes, [f("a", [3, 2]), f("b", [3, 3]), f("c", [3, 2])], f("out", None), inits
+        )
+        assert _ops(rewritten).count("Slice") == slices, (start, end, _ops(rewritten))
+        a, b, c = X[0, :3, :2].copy(), X[1, :3, :3].copy(), X[2, :3, :2].copy()
+        np.testing.assert_array_equal(_run(rewritten, a, b, c), _run(proto, a, b, c))
+
+
 def test_empty_pieces_of_a_concat_and_reshapes_of_reshapes_go():
     f = lambda name, shape: helper.make_tensor_value_info(name, TensorProto.FLOAT, shape)  # noqa: E731
     nodes = [

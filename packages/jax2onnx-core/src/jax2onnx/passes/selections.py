@@ -244,8 +244,11 @@ def _specialize_one(graph: ir.Graph, names: set) -> bool:
         test, start = wheres[0].inputs[0], place[id(wheres[0])]
         region, at = _region(nodes, place, start, test)
         picked = sum(n in wheres for n in region)
-        if picked >= _GROUP and len(region) > picked:
-            _split(graph, nodes, region, test, at, names)
+        if (
+            picked >= _GROUP
+            and len(region) > picked
+            and _split(graph, nodes, region, test, at, names)
+        ):
             return True
     return False
 
@@ -306,12 +309,14 @@ def _split(
     test: ir.Value,
     start: int,
     names: set,
-) -> None:
+) -> bool:
     """``region`` as an If on ``test`` before ``nodes[start]``: each branch a copy with the
     test a constant and its Wheres on the test their picked operand."""
     members = {id(n) for n in region}
     reads = _reads([n for n in nodes if id(n) not in members])
     results = [v for n in region for v in n.outputs if id(v) in reads or v.is_graph_output()]
+    if not results:  # nobody reads the region: dead work, for unused-node removal
+        return False
     branches = []
     for flag, label in ((True, "picked"), (False, "other")):
         branch = ir.Graph([], [], nodes=[], name=f"{region[0].name or 'where'}_{label}")
@@ -365,6 +370,7 @@ def _split(
         new.name = name
     for member in reversed(region):
         graph.remove(member, safe=True)
+    return True
 
 
 def _fresh(names: set, hint: str) -> str:

@@ -14,7 +14,9 @@
   transposed triangular factor, read one by one by a substitution) goes: each
   Slice cuts the same element of the untransposed tensor;
 * a ``Slice`` of a ``Concat`` that cuts out exactly one of its inputs is that
-  input (a substitution reading back the rows it just stacked);
+  input (a substitution reading back the rows it just stacked), and one that
+  cuts inside one input is a ``Slice`` of that input (of a Concat stacked in
+  turn, which then gives up the input);
 * the leading rows cut from a ``ScatterND`` whose constant indices all write
   inside them are a scatter into those rows (the pad row a lowering adds for
   writes out of bounds goes, with a constant base too);
@@ -38,7 +40,7 @@ from typing import Any
 import numpy as np
 
 from jax2onnx.passes.fusion.canonical import shape_of
-from jax2onnx.passes.fusion.match import constant, ints, node, producer
+from jax2onnx.passes.fusion.match import Match, constant, ints, node, producer
 from jax2onnx.passes.identities import take_place
 from jax2onnx.values.ir import ir
 
@@ -262,8 +264,29 @@ def piece_of_concat(ctx: Any, cut: ir.Node) -> bool:
             return False
         if (starts[0], ends[0]) == (offset, offset + shape[axis]):
             return piece.dtype == cut.outputs[0].dtype and _take(ctx, cut, piece, shape)
+        if offset <= starts[0] < ends[0] <= offset + shape[axis]:
+            return _within(ctx, cut, piece, axis, starts[0] - offset, ends[0] - offset)
         offset += shape[axis]
     return False
+
+
+def _within(ctx: Any, cut: ir.Node, piece: ir.Value, axis: int, start: int, end: int) -> bool:
+    """The cut, inside one piece, as a cut of that piece (a piece that is a Concat
+    itself, a substitution's rows stacked one by one, then gives up the row)."""
+    if piece.dtype != cut.outputs[0].dtype:
+        return False
+    inner = node(
+        "Slice",
+        [
+            piece,
+            ctx.constant(np.array([start], np.int64), "start"),
+            ctx.constant(np.array([end], np.int64), "end"),
+            ctx.constant(np.array([axis], np.int64), "axis"),
+        ],
+    )
+    inner.outputs[0].type, inner.outputs[0].shape = cut.outputs[0].type, cut.outputs[0].shape
+    match = Match(ctx.graph, cut)
+    return match.replace([inner], inner.outputs[0])
 
 
 def _take(ctx: Any, cut: ir.Node, piece: ir.Value, shape: tuple[Any, ...]) -> bool:
