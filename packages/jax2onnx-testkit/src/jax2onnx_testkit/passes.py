@@ -19,11 +19,11 @@ def passes_off(*classes: type) -> Iterator[None]:
     an exception): for tests and benchmarks, not for conversions running on other
     threads meanwhile.
     """
-    from jax2onnx.values.ir import ir
+    from onnx_ir.passes import PassResult  # the passes are onnx_ir passes
 
     calls = [cls.call for cls in classes]
     for cls in classes:
-        cls.call = lambda self, model: ir.passes.PassResult(model, False)
+        cls.call = lambda self, model: PassResult(model, False)
     try:
         yield
     finally:
