@@ -85,7 +85,6 @@ from jax2onnx.passes.precision import FoldCastsPass, WidenHalfPrecisionPass
 from jax2onnx.passes.ranges import FoldIndexRangesPass
 from jax2onnx.passes.reshapes import FoldReshapesPass
 from jax2onnx.passes.scalars import LiftScalarsPass
-from jax2onnx.passes.selections import SelectInBodiesPass
 from jax2onnx.passes.transposes import FoldTransposesPass
 from jax2onnx.passes.unroll import UnrollCountedLoopsPass
 from jax2onnx.passes.updates import SinkIntoUpdatesPass
@@ -111,7 +110,6 @@ __all__ = [
     "HoistLoopInvariantsPass",
     "LiftScalarsPass",
     "MergeBodyDuplicatesPass",
-    "SelectInBodiesPass",
     "SinkIntoUpdatesPass",
     "UniqueNamesPass",
     "UnrollCountedLoopsPass",
@@ -173,7 +171,6 @@ def optimize(
         common.CommonSubexpressionEliminationPass(),
         MergeBodyDuplicatesPass(),
         common.RemoveUnusedNodesPass(),
-        SelectInBodiesPass(),  # last of the rewrites: the passes above read Wheres as Wheres
         ForwardLoopCarriesPass(),
         # values a pass made in a body are named per graph: names unique across the model
         UniqueNamesPass(),  # onnx_ir's NameFixPass can repeat a body's name in its parent
