@@ -8,8 +8,11 @@ import jax.numpy as jnp
 import numpy as np
 import onnx
 import onnxruntime as ort
+from onnx import TensorProto, helper
 
 from jax2onnx import to_onnx
+from jax2onnx.passes import FusePatternsPass
+from jax2onnx.values.ir import ir
 
 
 def _run(model, x):
@@ -38,3 +41,36 @@ def test_result_codes_are_tested_and_mapped_without_reading_them_back():
         x = np.asarray(x, np.float32)
         for got, want in zip(_run(model, x), jax.jit(_codes)(x), strict=True):
             np.testing.assert_array_equal(got, want)
+
+
+def test_a_table_read_of_one_entry_codes_keeps_their_shape():
+    # Where(c, [3], [0]) on a scalar test is [1]-shaped: so is the table's entry that replaces it
+    nodes = [
+        helper.make_node("Where", ["c", "three", "zero"], ["code"]),
+        helper.make_node("Gather", ["table", "code"], ["entry"]),
+        helper.make_node("Neg", ["entry"], ["out"]),
+    ]
+    inits = [
+        helper.make_tensor("three", TensorProto.INT64, [1], [3]),
+        helper.make_tensor("zero", TensorProto.INT64, [1], [0]),
+        helper.make_tensor("table", TensorProto.INT64, [4], [0, 5, 6, 7]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("c", TensorProto.BOOL, [])],
+        [helper.make_tensor_value_info("out", TensorProto.INT64, None)],
+        initializer=inits,
+    )
+    proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    model = ir.serde.deserialize_model(onnx.shape_inference.infer_shapes(proto))
+    FusePatternsPass()(model)
+    rewritten = ir.serde.serialize_model(model)
+    onnx.checker.check_model(rewritten, full_check=True)
+    assert "Gather" not in [n.op_type for n in rewritten.graph.node]
+    for flag in (True, False):
+        c = np.array(flag)
+        (want,) = ort.InferenceSession(proto.SerializeToString()).run(None, {"c": c})
+        (got,) = ort.InferenceSession(rewritten.SerializeToString()).run(None, {"c": c})
+        assert got.shape == want.shape == (1,)
+        np.testing.assert_array_equal(got, want)

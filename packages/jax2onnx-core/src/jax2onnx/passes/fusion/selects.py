@@ -192,8 +192,9 @@ def mapped_codes(ctx: Any, gather: ir.Node) -> bool:
         return False
     mapped = {}
     for leaf in leaves:
-        entry = table[int(_scalar(leaf))]
-        mapped[id(leaf)] = ctx.constant(np.asarray(entry, table.dtype), "code")
+        index = constant(leaf)  # the entry keeps the leaf's shape (a [1] leaf broadcasts)
+        entry = np.full(index.shape, table[int(index.reshape(()))], table.dtype)
+        mapped[id(leaf)] = ctx.constant(entry, "code")
     copy = _copy(ctx.graph, tree, mapped, gather)
     return take_place(gather, copy)
 
