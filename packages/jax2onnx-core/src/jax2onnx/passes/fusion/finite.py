@@ -259,12 +259,11 @@ def bool_fold(ctx: Any, back: ir.Node) -> bool:
         return False
     if "axes" in reduce.attributes or int_attr(reduce, "noop_with_empty_axes", 0):
         return False
-    flag = there.inputs[0]
-    shape = shape_of(flag)
-    axes = ints(reduce.inputs[1]) if len(reduce.inputs) > 1 and reduce.inputs[1] else None
-    if shape is None or (axes is None and len(reduce.inputs) > 1 and reduce.inputs[1]):
-        return False
-    reduced = range(len(shape)) if axes is None else axes
+    flag, given = there.inputs[0], reduce.inputs[1] if len(reduce.inputs) > 1 else None
+    shape, axes = shape_of(flag), ints(given)
+    if shape is None or (given is not None and axes is None):
+        return False  # axes computed at run time
+    reduced = range(len(shape)) if given is None else axes
     if not all(isinstance(shape[a], int) and shape[a] > 0 for a in reduced):
         return False
     fold = node(
