@@ -443,7 +443,7 @@ def test_integer_division_stays_in_a_loop_that_may_not_run():
     np.testing.assert_array_equal(got, a + 2 * (a // b))
 
 
-def _folded_against_runtime(op: str, inputs: list, outputs: int = 1, **attributes):
+def _folded_against_runtime(op: str, inputs: list, outputs: int = 1, opset=18, **attributes):
     """``op`` on constant ``inputs`` (None: an omitted optional input), before and after
     FoldConstantsPass: the folded model returns ONNX Runtime's exact bits (every one of
     the op's ``outputs``), without ``op``."""
@@ -465,7 +465,7 @@ def _folded_against_runtime(op: str, inputs: list, outputs: int = 1, **attribute
         [helper.make_empty_tensor_value_info(f"out{y}") for y in results],
         initializer=initializers,
     )
-    proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
     run = lambda p: ort.InferenceSession(  # noqa: E731
         p.SerializeToString(), providers=["CPUExecutionProvider"]
     ).run(None, {})
@@ -519,6 +519,20 @@ def test_constant_folding_gives_the_runtimes_bits_for_every_folded_op():
         _folded_against_runtime("TopK", [ties.T, I64(2)], outputs=2, axis=0, largest=largest)
         _folded_against_runtime("TopK", [x[::-1], I64(4)], outputs=2, largest=largest)
     _folded_against_runtime("TopK", [np.array([[-0.0, 0.0, -0.0]], np.float32), I64(3)], 2)
+    special = np.array([np.inf, -np.inf, np.nan, 0.0, -1.0], np.float32)
+    _folded_against_runtime("IsNaN", [special])
+    _folded_against_runtime("IsInf", [special])
+    _folded_against_runtime("IsInf", [special], detect_positive=0)
+    _folded_against_runtime("IsInf", [special.astype(np.float64)], detect_negative=0)
+    _folded_against_runtime("ReduceMax", [x, I64(1)], keepdims=0)
+    _folded_against_runtime("ReduceMin", [x, None])
+    _folded_against_runtime("ReduceMax", [n, I64(-1, 0)])
+    _folded_against_runtime("ReduceMin", [np.abs(x), I64(0)], keepdims=0)  # zeros of one sign
+    _folded_against_runtime("ReduceMax", [special[:2], None], keepdims=0)
+    flags = np.array([[True, False], [False, False]])
+    _folded_against_runtime("ReduceMax", [flags, I64(1)], opset=20, keepdims=0)
+    _folded_against_runtime("ReduceMin", [flags, None], opset=20)
+    _folded_against_runtime("ReduceMax", [x, I64()], noop_with_empty_axes=1)
 
 
 def test_folding_leaves_what_the_runtime_decides_to_the_runtime():
@@ -537,6 +551,9 @@ def test_folding_leaves_what_the_runtime_decides_to_the_runtime():
         ("Pow", [x, np.float32(3.0)], {}),  # not correctly rounded in general
         ("CumSum", [x, I64(0)], {}),  # float sums: the order of additions
         ("TopK", [x, I64(2)], {}),  # NaN's place in the order
+        ("ReduceMax", [x, I64(0)], {}),  # NaN extrema
+        ("ReduceMin", [np.array([0.0, -0.0], np.float32)], {}),  # which zero wins
+        ("ReduceMax", [np.zeros((0, 2), np.float32), I64(0)], {}),  # an empty set
     ]
     for op, inputs, attributes in cases:
         names = [f"c{i}" for i in range(len(inputs))]

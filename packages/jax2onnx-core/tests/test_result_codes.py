@@ -74,3 +74,35 @@ def test_a_table_read_of_one_entry_codes_keeps_their_shape():
         (got,) = ort.InferenceSession(rewritten.SerializeToString()).run(None, {"c": c})
         assert got.shape == want.shape == (1,)
         np.testing.assert_array_equal(got, want)
+
+
+def _tests(x, first):
+    """A step counter's start picked by a flag and tested against a stage (diffrax's
+    first-stage guard), a code tree tested once, and flags selected by constants."""
+    start = jnp.where(first, 0, 1)
+    late = jnp.where(first, 1, 4)
+    code = jnp.where(x[0] > 0, jnp.int32(1), jnp.where(x[1] > 0, jnp.int32(2), jnp.int32(3)))
+    tests = (start <= 0, 2 < late, late >= 4, 0 > start, start < 1, code == 2)
+    flag = x[2] > 0
+    picks = (
+        jnp.where(first, True, flag),
+        jnp.where(first, False, flag),
+        jnp.where(first, flag, True),
+        jnp.where(first, flag, False),
+    )
+    return jnp.stack([*tests, *picks])
+
+
+def test_tests_of_picked_constants_and_picks_of_flags_are_logic():
+    model = to_onnx(_tests, [np.zeros(3, np.float32), np.array(True)])
+    onnx.checker.check_model(model, full_check=True)
+    ops = [n.op_type for n in model.graph.node]
+    # no Where, no comparison of a Where, no round trip through uint8: Not/And/Or of the flags
+    assert "Where" not in ops and "Cast" not in ops and "Equal" not in ops, ops
+    assert not {"Less", "LessOrEqual", "GreaterOrEqual"} & set(ops), ops
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    for signs in ((1, 1, 1), (-1, 1, -1), (-1, -1, 1), (1, -1, -1)):
+        x = np.asarray(signs, np.float32)
+        for first in (True, False):
+            (got,) = session.run(None, {"in_0": x, "in_1": np.array(first)})
+            np.testing.assert_array_equal(got, jax.jit(_tests)(x, first))

@@ -276,20 +276,65 @@ def _fold_top_k(node, data, k):
     return np.take_along_axis(data, order, axis=axis), order.astype(np.int64)
 
 
-def _fold_integer_sum(node, data, axes=None):
+def _reduced_axes(node, data, axes):
+    """``(axes, keepdims, terms)`` of a reduction (``axes`` None: all of them), or None
+    when the reduction is a no-op (empty axes with ``noop_with_empty_axes``)."""
     keep = node.attributes.get("keepdims")
     keep = True if keep is None else bool(keep.as_int())
-    noop = node.attributes.get("noop_with_empty_axes")
+    if axes is None and "axes" in node.attributes:  # before opset 18: an attribute
+        axes = np.asarray(node.attributes["axes"].as_ints(), np.int64)
     if axes is None or axes.size == 0:
+        noop = node.attributes.get("noop_with_empty_axes")
         if noop is not None and noop.as_int():
-            return data
+            return None
         axes = None
     else:
         axes = tuple(int(a) % data.ndim for a in axes)
     terms = data.size if axes is None else int(np.prod([data.shape[a] for a in axes]))
+    return axes, keep, terms
+
+
+def _fold_integer_sum(node, data, axes=None):
+    reduced = _reduced_axes(node, data, axes)
+    if reduced is None:
+        return data
+    axes, keep, terms = reduced
     if data.dtype.kind not in "iu" and terms > 1:
         return None  # a float sum of several terms depends on the order of additions
     return np.sum(data, axis=axes, keepdims=keep, dtype=data.dtype)
+
+
+def _fold_extreme(fn):
+    """``ReduceMax``/``ReduceMin`` of integers, booleans (any/all) and floats without NaN
+    (whose handling differs between runtimes) or zeros of both signs (which of ``-0.0``
+    and ``0.0`` wins is the runtime's); never of an empty set (the runtimes disagree)."""
+
+    def fold(node, data, axes=None):
+        reduced = _reduced_axes(node, data, axes)
+        if reduced is None:
+            return data
+        axes, keep, terms = reduced
+        if terms == 0 or data.dtype not in _FLOATS | _INTS:
+            return None
+        if data.dtype in _FLOATS:
+            signs = np.signbit(data[data == 0])
+            if np.isnan(data).any() or (signs.any() and not signs.all()):
+                return None
+        return fn(data, axis=axes, keepdims=keep)
+
+    return fold
+
+
+def _fold_is_nan(node, data):
+    return np.isnan(data) if data.dtype in _FLOATS else None
+
+
+def _fold_is_inf(node, data):
+    if data.dtype not in _FLOATS:
+        return None
+    negative = bool(node.attributes.get_int("detect_negative", 1))
+    positive = bool(node.attributes.get_int("detect_positive", 1))
+    return np.isinf(data) & (((data < 0) & negative) | ((data > 0) & positive))
 
 
 _WIDER = {  # the float type a contraction of constants is computed in, rounded once
@@ -376,6 +421,10 @@ _FOLDERS = {
     "GatherElements": _fold_gather_elements,
     "ScatterND": _fold_scatter_nd,
     "ReduceSum": _fold_integer_sum,
+    "ReduceMax": _fold_extreme(np.max),
+    "ReduceMin": _fold_extreme(np.min),
+    "IsNaN": _fold_is_nan,
+    "IsInf": _fold_is_inf,
     "Pad": _fold_pad,
     "Pow": _fold_power,
     "Tile": _fold_tile,
@@ -407,7 +456,9 @@ _FOLDERS = {
 }
 
 
-_OPTIONAL_INPUTS = frozenset({"Unsqueeze", "Squeeze", "Clip", "Slice", "ReduceSum", "Gemm", "Pad"})
+_OPTIONAL_INPUTS = frozenset(
+    {"Unsqueeze", "Squeeze", "Clip", "Slice", "ReduceSum", "ReduceMax", "ReduceMin", "Gemm", "Pad"}
+)
 _SMALL = 256  # elements a folded result may have beyond its largest input (a Concat of scalars)
 
 
@@ -420,7 +471,8 @@ class FoldConstantsPass(ir.passes.InPlacePass):
     or than ``_SMALL`` elements, so folding never grows the model by more than
     bookkeeping (a broadcasting ``Add`` that would expand a constant stays).
     Sorted ``TopK`` (both outputs; ties to the lower index as ONNX specifies),
-    integer ``CumSum``, ``Tile`` and ``Pow`` by 1 or 2 fold too. One exception
+    integer ``CumSum``, ``Tile``, ``Pow`` by 1 or 2, ``IsNaN``, ``IsInf`` and
+    ``ReduceMax``/``ReduceMin`` (not of NaN or of zeros of both signs) fold too. One exception
     to the same bits: small products of constants (``MatMul``,
     ``Gemm``, ``Einsum`` of a model's fixed matrices, as a physics engine's
     kinematics of constant frames computes them) are computed more accurately

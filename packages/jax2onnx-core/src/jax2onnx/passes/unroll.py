@@ -43,6 +43,7 @@ import numpy as np
 
 from jax2onnx.passes.bodies import innermost_first_in, nested_graphs, subgraphs
 from jax2onnx.passes.constants import FoldConstantsPass
+from jax2onnx.passes.fusion import AFTER_UNROLL, FusePatternsPass
 from jax2onnx.passes.fusion.match import constant, new_constant
 from jax2onnx.values.ir import ir
 
@@ -62,8 +63,9 @@ class UnrollCountedLoopsPass(ir.passes.InPlacePass):
         modified = innermost_first_in(
             model, lambda graph, node: id(graph) not in roots and _visit(graph, node, model)
         )
-        if modified:  # each step's reads by its constant counter fold (only when unrolled)
-            FoldConstantsPass()(model)
+        if modified:  # each step's reads by its constant counter fold (only when unrolled),
+            FoldConstantsPass()(model)  # and the tests of a stage's known counter decide
+            FusePatternsPass(groups=AFTER_UNROLL)(model)
         return ir.passes.PassResult(model, modified=modified)
 
 

@@ -85,6 +85,9 @@ AFTER_GATHERS: tuple[tuple[Rewrite, ...], ...] = (
     # the product's reads meet the stores; reads by indices constant folding decided
     axes.AFTER_GATHERS + reads.REWRITES,
 )
+# what unrolling a Loop leaves: each step's tests of its known counter (a Where of
+# constants compared with one), run by UnrollCountedLoopsPass on what it wrote
+AFTER_UNROLL: tuple[tuple[Rewrite, ...], ...] = (canonical.REWRITES + selects.REWRITES,)
 MAX_ROUNDS = 8
 
 

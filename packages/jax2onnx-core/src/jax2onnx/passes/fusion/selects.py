@@ -33,8 +33,8 @@ from typing import Any
 
 import numpy as np
 
-from jax2onnx.passes.fusion.canonical import shape_of
-from jax2onnx.passes.fusion.match import constant, producer
+from jax2onnx.passes.fusion.canonical import broadcast, shape_of
+from jax2onnx.passes.fusion.match import constant, int_attr, producer
 from jax2onnx.passes.identities import take_place
 from jax2onnx.values.ir import ir
 
@@ -126,30 +126,53 @@ def _scalar(value: ir.Value | None) -> Any:
     return None if array is None or array.size != 1 else array.reshape(())
 
 
-def code_test(ctx: Any, equal: ir.Node) -> bool:
-    """``Equal(Where(c, a, b), k)`` of one-element constants: ``c``, ``Not(c)`` or a constant."""
+_COMPARISONS = {
+    "Equal": (np.equal, np.equal),
+    "Less": (np.less, np.greater),
+    "LessOrEqual": (np.less_equal, np.greater_equal),
+    "Greater": (np.greater, np.less),
+    "GreaterOrEqual": (np.greater_equal, np.less_equal),
+}
+
+
+def code_test(ctx: Any, test: ir.Node) -> bool:
+    """A comparison of a tree of Wheres over one-element constants with a one-element
+    constant is the same tree over the leaves' outcomes (booleans, each of its leaf's
+    shape), written as logic: ``Equal(Where(c, a, b), k)`` is ``c`` when only ``a``
+    equals ``k``, ``Not(c)`` when only ``b`` does, a constant when both or neither do."""
     for k in (0, 1):
-        where, number = producer(equal.inputs[k], "Where"), _scalar(equal.inputs[1 - k])
-        if where is None or number is None or len(where.inputs) != 3:
+        tree, number = producer(test.inputs[k], "Where"), _scalar(test.inputs[1 - k])
+        if tree is None or number is None or len(test.inputs) != 2:
             continue
-        test, a, b = where.inputs
-        a, b = _scalar(a), _scalar(b)
-        if a is None or b is None or test is None or shape_of(test) is None:
+        compare = _COMPARISONS[test.op_type][k]  # the constant first: the mirrored test
+        leaves: list[ir.Value] = []
+        kind = number.dtype
+        if not _tree(tree, leaves, _TREE, lambda v, kind=kind: v.dtype == kind):
             continue
-        if shape_of(test) != shape_of(equal.outputs[0]):
-            continue
-        hit_a, hit_b = bool(np.equal(a, number)), bool(np.equal(b, number))
-        if hit_a and not hit_b:
-            return take_place(equal, test)
-        if hit_b and not hit_a:
-            negation = ir.Node("", "Not", [test], num_outputs=1)
-            negation.outputs[0].type, negation.outputs[0].shape = test.type, test.shape
-            negation.metadata_props.update(equal.metadata_props)
-            equal.graph.insert_before(equal, negation)
-            return take_place(equal, negation.outputs[0])
-        if shape_of(test) == ():
-            return take_place(equal, ctx.constant(np.asarray(hit_a), "code_test"))
+        shape = shape_of(tree.outputs[0])
+        if shape is None or shape != shape_of(test.outputs[0]):
+            continue  # (a one-element constant of higher rank broadcasts the test)
+        if len(leaves) > 2 and len(tree.outputs[0].uses()) > 1:
+            continue  # a tree read elsewhere too would be copied: a Where alone only
+        mapped = {id(v): ctx.constant(compare(constant(v), number), "code") for v in leaves}
+        logic = _tree_logic(ctx, tree, mapped, test)
+        return logic is not None and take_place(test, logic)
     return False
+
+
+def _tree_logic(ctx: Any, where: ir.Node, mapped: dict, before: ir.Node) -> ir.Value | None:
+    """The tree of Wheres at ``where`` over the boolean leaves ``mapped``, as logic (None
+    when a Where there has neither operand constant: ONNX Runtime has no boolean Where;
+    the nodes made so far are left to the clean-up)."""
+    operands = []
+    for value in where.inputs[1:]:
+        inner = producer(value, "Where")
+        operand = mapped[id(value)] if inner is None else _tree_logic(ctx, inner, mapped, before)
+        if operand is None:
+            return None
+        operands.append(operand)
+    out = ir.Value(type=before.outputs[0].type, shape=where.outputs[0].shape)
+    return _logic(ctx, where.inputs[0], *operands, out, before)
 
 
 def kept_code(ctx: Any, where: ir.Node) -> bool:
@@ -188,7 +211,8 @@ def mapped_codes(ctx: Any, gather: ir.Node) -> bool:
     if table is None or table.ndim != 1 or tree is None:
         return False
     leaves: list[ir.Value] = []
-    if not _tree(tree, leaves, _TREE, len(table)):
+    size = len(table)
+    if not _tree(tree, leaves, _TREE, lambda v: v.dtype.kind in "iu" and -size <= int(v) < size):
         return False
     mapped = {}
     for leaf in leaves:
@@ -199,7 +223,9 @@ def mapped_codes(ctx: Any, gather: ir.Node) -> bool:
     return take_place(gather, copy)
 
 
-def _tree(where: ir.Node, leaves: list[ir.Value], depth: int, size: int) -> bool:
+def _tree(where: ir.Node, leaves: list[ir.Value], depth: int, fits: Any) -> bool:
+    """Whether ``where`` is a tree of Wheres (the inner ones read only by their parent)
+    whose leaves are one-element constants that ``fits`` accepts; ``leaves`` gathers them."""
     if depth == 0 or len(where.inputs) != 3 or any(v is None for v in where.inputs):
         return False
     for value in where.inputs[1:]:
@@ -207,11 +233,11 @@ def _tree(where: ir.Node, leaves: list[ir.Value], depth: int, size: int) -> bool
         if inner is not None:
             if len(value.uses()) != 1 or value.is_graph_output() or inner.graph is not where.graph:
                 return False
-            if not _tree(inner, leaves, depth - 1, size):
+            if not _tree(inner, leaves, depth - 1, fits):
                 return False
             continue
-        index = _scalar(value)
-        if index is None or index.dtype.kind not in "iu" or not -size <= int(index) < size:
+        leaf = _scalar(value)
+        if leaf is None or not fits(leaf):
             return False
         leaves.append(value)
     return True
@@ -229,11 +255,101 @@ def _copy(graph: ir.Graph, where: ir.Node, mapped: dict, before: ir.Node) -> ir.
     return node.outputs[0]
 
 
+def boolean_choice(ctx: Any, where: ir.Node) -> bool:
+    """A Where between booleans, one of them a constant all true or all false, is logic:
+    ``Where(c, True, y)`` is ``Or(c, y)``, ``Where(c, False, y)`` is ``And(Not(c), y)``,
+    ``Where(c, x, True)`` is ``Or(Not(c), x)``, ``Where(c, x, False)`` is ``And(c, x)``
+    (and ``Where(c, True, False)`` is ``c``). ONNX Runtime's Where costs about what
+    three of its logical ops do (and has no boolean kernel: the lowerings select in
+    uint8). The operands must broadcast to the Where's own shape."""
+    if len(where.inputs) != 3 or any(v is None for v in where.inputs):
+        return False
+    if where.outputs[0].dtype != ir.DataType.BOOL:
+        return False
+    logic = _logic(ctx, *where.inputs, where.outputs[0], where)
+    return logic is not None and take_place(where, logic)
+
+
+def _logic(
+    ctx: Any, test: ir.Value, x: ir.Value, y: ir.Value, out: ir.Value, before: ir.Node
+) -> ir.Value | None:
+    """``Where(test, x, y)`` of booleans as logic (inserted before ``before``), with
+    ``out``'s type and shape; None when neither ``x`` nor ``y`` is a constant or a shape
+    would differ."""
+    shape = shape_of(out)
+    flags = [_flag(x), _flag(y)]
+    if shape is None or flags == [None, None]:
+        return None
+
+    def made(op: str, *inputs: ir.Value) -> ir.Value:
+        logic = ir.Node("", op, list(inputs), num_outputs=1)
+        logic.outputs[0].type = out.type
+        logic.outputs[0].shape = ir.Shape(list(broadcast([shape_of(v) for v in inputs])))
+        logic.metadata_props.update(before.metadata_props)
+        ctx.graph.insert_before(before, logic)
+        return logic.outputs[0]
+
+    if None not in flags:  # both constant
+        if flags[0] == flags[1]:
+            if not all(isinstance(d, int) for d in shape):
+                return None
+            return ctx.constant(np.full(shape, flags[0]), "flag")
+        if shape_of(test) != shape:
+            return None
+        return test if flags[0] else made("Not", test)
+    k = 0 if flags[0] is not None else 1
+    other = (x, y)[1 - k]
+    if shape_of(test) is None or shape_of(other) is None:
+        return None
+    if broadcast([shape_of(test), shape_of(other)]) != shape:
+        return None
+    flag = flags[k]
+    # the test as the constant's side needs it: true where the constant is picked (k=0)
+    side = test if (k == 0) == flag else made("Not", test)
+    return made("Or" if flag else "And", side, other)
+
+
+def _flag(value: ir.Value) -> bool | None:
+    """True or False when ``value`` is a boolean constant with one value throughout."""
+    array = constant(value)
+    if array is None or array.dtype != np.bool_ or array.size == 0:
+        return None
+    return bool(array.flat[0]) if array.all() or not array.any() else None
+
+
+def boolean_round_trip(ctx: Any, back: ir.Node) -> bool:
+    """``Cast(Where(c, x, y), bool)`` of a Where between booleans cast to numbers (or
+    numeric constants) is the Where between the booleans (how ``lax.select_n`` of flags
+    comes out of a lowering that selects in uint8): a cast boolean casts back to itself.
+    Written as logic when one of them is a constant (see ``boolean_choice``)."""
+    if int_attr(back, "to", 0) != ir.DataType.BOOL:
+        return False
+    where = producer(back.inputs[0], "Where")
+    if where is None or len(where.inputs) != 3 or any(v is None for v in where.inputs):
+        return False
+    operands = [where.inputs[0]]
+    for value in where.inputs[1:]:
+        number = constant(value)
+        cast = producer(value, "Cast")
+        if number is not None and number.dtype.kind in "iub":
+            operands.append(ctx.constant(number.astype(np.bool_), "flag"))
+        elif cast is not None and cast.inputs[0] is not None:
+            if cast.inputs[0].dtype != ir.DataType.BOOL:
+                return False
+            operands.append(cast.inputs[0])
+        else:
+            return False
+    logic = _logic(ctx, *operands, back.outputs[0], back)
+    return logic is not None and take_place(back, logic)
+
+
 REWRITES = (
     (("Where",), repeated_condition),
     (("Where",), kept_code),
+    (("Where",), boolean_choice),
+    (("Cast",), boolean_round_trip),
     (("Equal",), boolean_index_test),
-    (("Equal",), code_test),
+    (tuple(_COMPARISONS), code_test),
     (("Gather",), mapped_codes),
     (("If",), negated_branch),
 )
