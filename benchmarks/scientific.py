@@ -11,8 +11,9 @@ with the loop and indexing passes and without them (``HoistLoopInvariantsPass``,
 ``MergeBodyDuplicatesPass``, ``FoldIndexingPass``, ``FoldIndexRangesPass``,
 ``ComposeGathersPass``, ``LiftScalarsPass``, ``ForwardLoopCarriesPass``,
 ``ExitLoopsEarlyPass``, ``CountLoopTripsPass``, ``UnrollCountedLoopsPass``,
-``CollapseLinearMapsPass`` and ``SinkIntoUpdatesPass`` replaced by nothing
-for one conversion, in this process only, with ``jax2onnx_testkit.passes_off``), the conversion time (median of 3), ONNX
+``CollapseLinearMapsPass``, ``HoistLinearMapsPass`` and ``SinkIntoUpdatesPass``
+replaced by nothing for one conversion, in this process only, with
+``jax2onnx_testkit.passes_off``), the conversion time (median of 3), ONNX
 Runtime's latency against ``jax.jit`` of the same function on the same input
 (calls alternating after a warm-up; medians; a default session), and the
 largest absolute difference of the outputs.
@@ -49,6 +50,7 @@ _COMPARED = (
     passes.CountLoopTripsPass,
     passes.UnrollCountedLoopsPass,
     passes.CollapseLinearMapsPass,
+    passes.HoistLinearMapsPass,
     passes.SinkIntoUpdatesPass,
 )
 

@@ -41,7 +41,9 @@ Loop body (Runge-Kutta stages, ``fori_loop(0, 4, ...)`` in a time step), each
 step reading its counter as a constant; :class:`CollapseLinearMapsPass` then
 makes a web of ops linear in a few small tensors in a body (a Runge-Kutta
 step's stages, dense output and error estimate) one MatMul by a matrix
-composed at conversion per value it hands on;
+composed at conversion per value it hands on; :class:`HoistLinearMapsPass`
+makes a linear web whose coefficients a Loop keeps (a solve by LU factors made
+before a chord iteration) one MatMul by a matrix the graph around computes;
 :class:`SinkIntoUpdatesPass` moves a Loop body's work on values an If refreshes
 now and then and otherwise passes on (a stage loop's LU factors) into the
 refreshing branch, its results carried;
@@ -81,6 +83,7 @@ from jax2onnx.passes.indexing import FoldIndexingPass
 from jax2onnx.passes.lanes import VectorizeLanesPass
 from jax2onnx.passes.linear import CollapseLinearMapsPass
 from jax2onnx.passes.loops import HoistLoopInvariantsPass
+from jax2onnx.passes.maps import HoistLinearMapsPass
 from jax2onnx.passes.precision import FoldCastsPass, WidenHalfPrecisionPass
 from jax2onnx.passes.ranges import FoldIndexRangesPass
 from jax2onnx.passes.reshapes import FoldReshapesPass
@@ -107,6 +110,7 @@ __all__ = [
     "ForwardLoopCarriesPass",
     "FuseMatMulAddPass",
     "FusePatternsPass",
+    "HoistLinearMapsPass",
     "HoistLoopInvariantsPass",
     "LiftScalarsPass",
     "MergeBodyDuplicatesPass",
@@ -162,6 +166,8 @@ def optimize(
         common.RemoveUnusedNodesPass(),
         common.CommonSubexpressionEliminationPass(),
         CollapseLinearMapsPass(),  # the steps' sums meet
+        common.RemoveUnusedNodesPass(),
+        HoistLinearMapsPass(),  # solves by factors a Loop keeps: one product by a matrix
         common.RemoveUnusedNodesPass(),
         SinkIntoUpdatesPass(),  # after the bodies are lean: what is left to move is counted
         common.RemoveUnusedNodesPass(),

@@ -111,39 +111,44 @@ def _static(value: ir.Value | None) -> tuple[int, ...] | None:
     return tuple(shape)
 
 
-def _signal(node: ir.Node) -> list[int] | None:
+def signal_positions(
+    node: ir.Node, fixed: Any = None, parameters: dict = _PARAMETERS
+) -> list[int] | None:
     """The input positions of a linear node that carry the signal, or None when the node
-    is not linear in them (a constant operand of Add makes it affine)."""
+    is not linear in them (a constant operand of Add makes it affine). ``fixed`` tells
+    the operands that are coefficients (default: constants); ``parameters`` maps each op
+    to the positions that must be such coefficients."""
     if node.domain not in _ONNX or len(node.outputs) != 1:
         return None
     out = node.outputs[0]
     if out.dtype not in _FLOATS or _static(out) is None:
         return None
     op, inputs = node.op_type, node.inputs
-    fixed = [constant(v) is not None for v in inputs]
+    is_fixed = fixed or (lambda v: constant(v) is not None)
+    given = [is_fixed(v) if v is not None else False for v in inputs]
     if op in ("Mul", "MatMul"):
-        if len(inputs) != 2 or fixed[0] == fixed[1]:
+        if len(inputs) != 2 or given[0] == given[1]:
             return None
-        signal = [0 if fixed[1] else 1]
-    elif op == "ScatterND":  # writes by constant indices into a tensor (or into zeros)
+        signal = [0 if given[1] else 1]
+    elif op == "ScatterND" and "ScatterND" in parameters:  # writes by constant indices
         reduction = node.attributes.get("reduction")
         if (
             len(inputs) != 3
-            or not fixed[1]
-            or fixed[2]
+            or not given[1]
+            or given[2]
             or (reduction and reduction.as_string() != "none")
         ):
             return None
-        zeros = constant(inputs[0]) if fixed[0] else None
+        zeros = constant(inputs[0]) if given[0] else None
         if zeros is not None and np.any(zeros):
             return None
-        signal = [2] if fixed[0] else [0, 2]
-    elif op in _PARAMETERS:
-        positions = _PARAMETERS[op]
+        signal = [2] if given[0] else [0, 2]
+    elif op in parameters:
+        positions = parameters[op]
         signal = [k for k in range(len(inputs)) if k not in positions and inputs[k] is not None]
-        if not signal or any(fixed[k] for k in signal):
+        if not signal or any(given[k] for k in signal):
             return None
-        if any(inputs[k] is not None and not fixed[k] for k in positions if k < len(inputs)):
+        if any(inputs[k] is not None and not given[k] for k in positions if k < len(inputs)):
             return None
     else:
         return None
@@ -153,6 +158,29 @@ def _signal(node: ir.Node) -> list[int] | None:
     return signal
 
 
+def connected_webs(graph: ir.Graph, signals: dict[int, list[int]]) -> list[list[ir.Node]]:
+    """The nodes of ``graph`` with ``signals`` (node id -> signal positions), grouped by
+    the signals passed between them, each group in graph order."""
+    parent = {k: k for k in signals}
+
+    def root(k: int) -> int:
+        while parent[k] != k:
+            parent[k] = parent[parent[k]]
+            k = parent[k]
+        return k
+
+    for n in graph:
+        for k in signals.get(id(n), ()):
+            source = n.inputs[k].producer()
+            if source is not None and id(source) in signals and source.graph is graph:
+                parent[root(id(source))] = root(id(n))
+    webs: dict[int, list[ir.Node]] = {}
+    for n in graph:
+        if id(n) in signals:
+            webs.setdefault(root(id(n)), []).append(n)
+    return list(webs.values())
+
+
 class _Webs:
     def __init__(self, graph: ir.Graph) -> None:
         self.graph = graph
@@ -160,28 +188,9 @@ class _Webs:
     def collapse(self) -> bool:
         nodes = list(self.graph)
         self.order = {id(n): k for k, n in enumerate(nodes)}
-        signals = {id(n): s for n in nodes if (s := _signal(n)) is not None}
-        parent = {k: k for k in signals}
-
-        def root(k: int) -> int:
-            while parent[k] != k:
-                parent[k] = parent[parent[k]]
-                k = parent[k]
-            return k
-
-        for n in nodes:
-            if id(n) not in signals:
-                continue
-            for k in signals[id(n)]:
-                source = n.inputs[k].producer()
-                if source is not None and id(source) in signals and source.graph is self.graph:
-                    parent[root(id(source))] = root(id(n))
-        webs: dict[int, list[ir.Node]] = {}
-        for n in nodes:
-            if id(n) in signals:
-                webs.setdefault(root(id(n)), []).append(n)
+        signals = {id(n): s for n in nodes if (s := signal_positions(n)) is not None}
         changed = False
-        for members in webs.values():
+        for members in connected_webs(self.graph, signals):
             if len(members) > 1:
                 changed |= self._collapse(members, signals)
         return changed
