@@ -106,3 +106,25 @@ def test_tests_of_picked_constants_and_picks_of_flags_are_logic():
         for first in (True, False):
             (got,) = session.run(None, {"in_0": x, "in_1": np.array(first)})
             np.testing.assert_array_equal(got, jax.jit(_tests)(x, first))
+
+
+def _escalated(x):
+    """A code picked twice (NaN: 2; NaN and a bad sign too: 6), tested for success and
+    also returned: ``code != 0`` is the NaN flag itself."""
+    nan = jnp.isnan(jnp.sum(x))
+    both = nan & (x[0] > 0)
+    code = jnp.where(both, jnp.int32(6), jnp.where(nan, jnp.int32(2), jnp.int32(0)))
+    return code != 0, jnp.where(code != 0, code, jnp.int32(8))
+
+
+def test_a_code_read_twice_is_tested_by_the_flags_that_picked_it():
+    model = to_onnx(_escalated, [np.zeros(3, np.float32)])
+    onnx.checker.check_model(model, full_check=True)
+    ops = [n.op_type for n in model.graph.node]
+    # Not(Equal(code, 0)) is Or(both, nan) = nan (both implies nan): no test of the code
+    assert "Equal" not in ops and "Not" not in ops and "Or" not in ops, ops
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    for x in ([1.0, 2.0, 3.0], [np.nan, 1.0, 0.0], [-1.0, np.nan, 0.0], [1.0, np.nan, 0.0]):
+        x = np.asarray(x, np.float32)
+        for got, want in zip(session.run(None, {"in_0": x}), jax.jit(_escalated)(x), strict=True):
+            np.testing.assert_array_equal(got, want)

@@ -140,6 +140,31 @@ def code_test(ctx: Any, test: ir.Node) -> bool:
     constant is the same tree over the leaves' outcomes (booleans, each of its leaf's
     shape), written as logic: ``Equal(Where(c, a, b), k)`` is ``c`` when only ``a``
     equals ``k``, ``Not(c)`` when only ``b`` does, a constant when both or neither do."""
+    return _code_logic(ctx, test, test, negated=False)
+
+
+def negated_code_test(ctx: Any, negation: ir.Node) -> bool:
+    """``Not`` of such a comparison read only there: the tree over the leaves' negated
+    outcomes (``Not(Equal(code, 0))`` of a code picked among constants: the picks
+    themselves). A tree read elsewhere too is copied here, the two nodes it replaces
+    paying for the logic of a two-level tree."""
+    test = producer(negation.inputs[0], *_COMPARISONS)
+    if test is None or len(test.outputs[0].uses()) != 1 or test.outputs[0].is_graph_output():
+        return False
+    for use in negation.outputs[0].uses():  # kept_code's Where(Not(Equal(x, k)), x, k) first
+        where = use.node
+        if where.op_type == "Where" and use.idx == 0 and len(where.inputs) == 3:
+            if any(where.inputs[1] is v and _same(where.inputs[2], w) for v, w in _pairs(test)):
+                return False
+    return _code_logic(ctx, test, negation, negated=True)
+
+
+def _pairs(test: ir.Node) -> list[tuple[ir.Value, ir.Value]]:
+    """(compared value, constant) of a comparison, either way round."""
+    return [(test.inputs[0], test.inputs[1]), (test.inputs[1], test.inputs[0])]
+
+
+def _code_logic(ctx: Any, test: ir.Node, replaced: ir.Node, negated: bool) -> bool:
     for k in (0, 1):
         tree, number = producer(test.inputs[k], "Where"), _scalar(test.inputs[1 - k])
         if tree is None or number is None or len(test.inputs) != 2:
@@ -152,11 +177,31 @@ def code_test(ctx: Any, test: ir.Node) -> bool:
         shape = shape_of(tree.outputs[0])
         if shape is None or shape != shape_of(test.outputs[0]):
             continue  # (a one-element constant of higher rank broadcasts the test)
-        if len(leaves) > 2 and len(tree.outputs[0].uses()) > 1:
-            continue  # a tree read elsewhere too would be copied: a Where alone only
-        mapped = {id(v): ctx.constant(compare(constant(v), number), "code") for v in leaves}
-        logic = _tree_logic(ctx, tree, mapped, test)
-        return logic is not None and take_place(test, logic)
+        shared = len(tree.outputs[0].uses()) > 1
+        if len(leaves) > (3 if negated else 2) and shared:
+            continue  # a tree read elsewhere too would be copied
+        mapped = {
+            id(v): ctx.constant(compare(constant(v), number) != negated, "code") for v in leaves
+        }
+        logic = _tree_logic(ctx, tree, mapped, replaced)
+        return logic is not None and take_place(replaced, logic)
+    return False
+
+
+def absorbed(ctx: Any, op: ir.Node) -> bool:
+    """``Or(a, And(a, b))`` and ``And(a, Or(a, b))`` are ``a``; ``Or(a, Or(a, b))`` and
+    ``And(a, And(a, b))`` are the inner one (each when it has the output's shape): a
+    result code's failure flag tested again by the flags it was made from."""
+    shape = shape_of(op.outputs[0])
+    for k in (0, 1):
+        kept = op.inputs[k]
+        for inner_op in ("Or", "And"):
+            inner = producer(op.inputs[1 - k], inner_op)
+            if kept is None or inner is None or not any(v is kept for v in inner.inputs):
+                continue
+            result = kept if inner_op != op.op_type else op.inputs[1 - k]
+            if shape is not None and shape_of(result) == shape:
+                return take_place(op, result)
     return False
 
 
@@ -350,6 +395,8 @@ REWRITES = (
     (("Cast",), boolean_round_trip),
     (("Equal",), boolean_index_test),
     (tuple(_COMPARISONS), code_test),
+    (("Not",), negated_code_test),
+    (("And", "Or"), absorbed),
     (("Gather",), mapped_codes),
     (("If",), negated_branch),
 )
