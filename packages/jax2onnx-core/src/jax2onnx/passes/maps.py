@@ -147,8 +147,7 @@ class _Web:
         matrices = []
         for value, mine in zip(handed, reads, strict=True):
             size = math.prod(_static(value))
-            shape = self._ints([total, size])
-            matrix = self._add("Reshape", [batched[id(value)], shape], (total, size))
+            matrix = self._reshaped(batched[id(value)], (total, size))
             if len(mine) < len(leaves):  # the rows of the leaves it reads
                 rows = [
                     row
@@ -202,12 +201,19 @@ class _Web:
             batched[id(n.outputs[0])] = self._carry(n, ins, total)
         return batched
 
+    def _reshaped(self, value: ir.Value, shape: tuple) -> ir.Value:
+        """``value`` reshaped (a Reshape of the batch's own Reshape reads that one's input;
+        the first goes with the unused nodes when nothing else reads it)."""
+        source = value.producer()
+        if source is not None and source.op_type == "Reshape" and source in self.new:
+            value = source.inputs[0]
+        return self._add("Reshape", [value, self._ints(list(shape))], shape)
+
     def _aligned(self, value: ir.Value, shape: tuple, total: int, rank: int) -> ir.Value:
         """A batched operand of ``shape`` with unit axes in front to ``rank`` (plus the batch)."""
         if len(shape) == rank:
             return value
-        padded = [total, *([1] * (rank - len(shape))), *shape]
-        return self._add("Reshape", [value, self._ints(padded)], padded)
+        return self._reshaped(value, (total, *([1] * (rank - len(shape))), *shape))
 
     def _carry(self, n: ir.Node, ins: dict, total: int) -> ir.Value:
         op, out = n.op_type, _static(n.outputs[0])
@@ -227,7 +233,7 @@ class _Web:
             operands = [x, self._outer(n.inputs[1 - k])]
             return self._add(op, operands if k == 0 else operands[::-1], shape)
         if op in ("Reshape", "Squeeze", "Unsqueeze", "Flatten"):
-            return self._add("Reshape", [first, self._ints(list(shape))], shape)
+            return self._reshaped(first, shape)
         if op == "Expand":
             x = self._aligned(first, _static(n.inputs[0]), total, len(out))
             return self._add("Expand", [x, self._ints(list(shape))], shape)

@@ -177,14 +177,18 @@ def _code_logic(ctx: Any, test: ir.Node, replaced: ir.Node, negated: bool) -> bo
         shape = shape_of(tree.outputs[0])
         if shape is None or shape != shape_of(test.outputs[0]):
             continue  # (a one-element constant of higher rank broadcasts the test)
-        shared = len(tree.outputs[0].uses()) > 1
+        shared = len(tree.outputs[0].uses()) > 1 or tree.outputs[0].is_graph_output()
         if len(leaves) > (3 if negated else 2) and shared:
             continue  # a tree read elsewhere too would be copied
         mapped = {
             id(v): ctx.constant(compare(constant(v), number) != negated, "code") for v in leaves
         }
         logic = _tree_logic(ctx, tree, mapped, replaced)
-        return logic is not None and take_place(replaced, logic)
+        if logic is None or not take_place(replaced, logic):
+            return False
+        if test.graph is not None and not test.outputs[0].uses():
+            test.graph.remove(test, safe=True)  # its reading of the tree ends now
+        return True
     return False
 
 
