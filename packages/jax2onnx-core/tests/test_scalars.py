@@ -96,8 +96,8 @@ def test_a_lifted_value_read_outside_the_stack_is_squeezed_once(plain):
 
 def test_integer_indices_and_matrix_rows_lift_too(plain):
     def fn(a, x, k):  # a row chosen by a read index, a scalar from a row-vector product
-        row = a[k[0] % 3]
-        return jnp.stack([row @ x, x[0] * row[2], jnp.argmax(x).astype(jnp.float32)])
+        row = a[k[0] % 3]  # (an argmax here would be TabulateChoicesPass's: a table read)
+        return jnp.stack([row @ x, x[0] * row[2], (k[1] * 3).astype(jnp.float32)])
 
     a = np.arange(9, dtype=np.float32).reshape(3, 3) / 7.0
     x = np.array([0.5, -1.0, 2.0], np.float32)

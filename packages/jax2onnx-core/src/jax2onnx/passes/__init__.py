@@ -23,7 +23,9 @@ moving a Cast among them before them;
 :class:`VectorizeLanesPass` turns a stack of scalar computations that share
 one expression tree (physics code written component by component) into that
 tree on vectors, bit for bit;
-:class:`FoldConstantsPass` computes, once at conversion time, the nodes
+:class:`TabulateChoicesPass` reads what nodes compute from one small index
+alone (an LU's permutation from its pivot's ArgMax) from a table made at
+conversion; :class:`FoldConstantsPass` computes, once at conversion time, the nodes
 whose inputs are all initializers (a bias reshaped for broadcasting,
 ``rsqrt(var + eps)`` of a normalisation) for the ops whose NumPy result is
 bit-identical to ONNX Runtime's, and small products of constants (MatMul,
@@ -88,6 +90,7 @@ from jax2onnx.passes.precision import FoldCastsPass, WidenHalfPrecisionPass
 from jax2onnx.passes.ranges import FoldIndexRangesPass
 from jax2onnx.passes.reshapes import FoldReshapesPass
 from jax2onnx.passes.scalars import LiftScalarsPass
+from jax2onnx.passes.tables import TabulateChoicesPass
 from jax2onnx.passes.transposes import FoldTransposesPass
 from jax2onnx.passes.unroll import UnrollCountedLoopsPass
 from jax2onnx.passes.updates import SinkIntoUpdatesPass
@@ -116,6 +119,7 @@ __all__ = [
     "MergeBodyDuplicatesPass",
     "SinkIntoUpdatesPass",
     "UniqueNamesPass",
+    "TabulateChoicesPass",
     "UnrollCountedLoopsPass",
     "VectorizeLanesPass",
     "WidenHalfPrecisionPass",
@@ -146,6 +150,7 @@ def optimize(
         FoldIndexingPass(),
         FoldIndexRangesPass(),
         FoldConstantsPass(),  # what the decided comparisons left: And/Where of constants
+        TabulateChoicesPass(),  # what a pivot's index decides: one table read
         common.RemoveUnusedNodesPass(),
         common.CommonSubexpressionEliminationPass(),
         MergeBodyDuplicatesPass(),

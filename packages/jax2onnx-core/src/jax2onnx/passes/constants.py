@@ -462,6 +462,21 @@ _OPTIONAL_INPUTS = frozenset(
 _SMALL = 256  # elements a folded result may have beyond its largest input (a Concat of scalars)
 
 
+def evaluate(node: ir.Node, arrays: list) -> tuple | None:
+    """``node`` (an ONNX op) on the given arrays (None: an omitted optional input), as
+    this pass folds it: a tuple of its results, or None when the pass leaves it to the
+    runtime."""
+    fold = _FOLDERS.get(node.op_type)
+    if fold is None or node.domain not in ("", "ai.onnx"):
+        return None
+    if node.op_type not in _OPTIONAL_INPUTS and any(a is None for a in arrays):
+        return None
+    results = fold(node, *arrays)
+    if results is None:
+        return None
+    return results if isinstance(results, tuple) else (results,)
+
+
 class FoldConstantsPass(ir.passes.InPlacePass):
     """Replace a node whose inputs are all initializers by an initializer of its result.
 
