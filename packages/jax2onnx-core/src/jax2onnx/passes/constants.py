@@ -462,6 +462,11 @@ _OPTIONAL_INPUTS = frozenset(
 _SMALL = 256  # elements a folded result may have beyond its largest input (a Concat of scalars)
 
 
+def foldable(node: ir.Node) -> bool:
+    """Whether this pass can evaluate ``node``'s op at all (see :func:`evaluate`)."""
+    return node.op_type in _FOLDERS and node.domain in ("", "ai.onnx")
+
+
 def evaluate(node: ir.Node, arrays: list) -> tuple | None:
     """``node`` (an ONNX op) on the given arrays (None: an omitted optional input), as
     this pass folds it: a tuple of its results, or None when the pass leaves it to the

@@ -30,7 +30,7 @@ import math
 import numpy as np
 
 from jax2onnx.passes.bodies import nested_graphs, subgraphs
-from jax2onnx.passes.constants import evaluate
+from jax2onnx.passes.constants import evaluate, foldable
 from jax2onnx.passes.fusion.canonical import shape_of
 from jax2onnx.passes.fusion.match import constant, new_constant, node
 from jax2onnx.values.ir import ir
@@ -98,7 +98,7 @@ def _tabulate(graph: ir.Graph) -> bool:
     cones: dict[int, list[ir.Node]] = {}  # index id -> its cone, in graph order
     indices: dict[int, ir.Value] = {}
     for n in graph:
-        if n.domain not in _ONNX or subgraphs(n) or not n.inputs:
+        if not foldable(n) or subgraphs(n) or not n.inputs:
             continue
         index = None
         for v in n.inputs:
